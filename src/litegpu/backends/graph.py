@@ -1,0 +1,126 @@
+"""Walking a subgraph op by op: shared by the reference and XLA backends.
+
+The same walk either runs numpy kernels (reference) or traces jax kernels
+(XLA, inside ``jax.jit``).  While tracing, an op whose inputs are all known
+numpy values (shape arithmetic, constant weights) is evaluated right away
+with its reference kernel, so shapes stay static for XLA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import LiteGpuError, ModelExecutionError
+from ..ir import Model, Subgraph, Tensor, execution_order, numpy_dtype
+from ..ops import OpContext, Target, lookup
+
+# Ops that must never be evaluated ahead of time: they read or write state.
+STATEFUL_OPS = frozenset({
+    "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "RANDOM_UNIFORM",
+    "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "HASHTABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT",
+    "HASHTABLE_SIZE", "STABLEHLO_RNG_BIT_GENERATOR",
+})
+# Folding a constant op bigger than this into the trace would bloat the program.
+FOLD_LIMIT_ELEMENTS = 1 << 16
+
+
+def tensor_dtype(t: Tensor) -> np.dtype:
+    return numpy_dtype(t.dtype)
+
+
+class GraphRunner:
+    """Runs subgraphs of one model for one target; holds that model's variables.
+
+    ``constant`` resolves a constant tensor (the XLA backend passes weights as
+    traced parameters instead of embedding them).  ``observe`` sees every
+    tensor value as it is produced (``experimental_preserve_all_tensors``).
+    """
+
+    def __init__(self, model: Model, target: Target, *,
+                 constant: Callable[[int, Tensor], Any] | None = None,
+                 variables: dict | None = None,
+                 observe: Callable[[int, int, Any], None] | None = None):
+        self.model = model
+        self.target = target
+        self.variables: dict = variables if variables is not None else {}
+        self._constant = constant or (lambda sg, t: t.data)
+        self._observe = observe
+        self._orders: dict[int, tuple[int, ...]] = {}
+
+    def order(self, sg: Subgraph) -> tuple[int, ...]:
+        if sg.index not in self._orders:
+            self._orders[sg.index] = execution_order(sg, self.model.source)
+        return self._orders[sg.index]
+
+    def run_subgraph(self, index: int, inputs: Sequence[Any]) -> list[Any]:
+        sg = self.model.subgraphs[index]
+        if len(inputs) != len(sg.inputs):
+            raise ModelExecutionError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        values: dict[int, Any] = {}
+        for t, v in zip(sg.inputs, inputs):
+            values[t] = v
+            if self._observe:
+                self._observe(sg.index, t, v)
+        for op_index in self.order(sg):
+            self._run_op(sg, op_index, values)
+        return [self._value(sg, values, t) for t in sg.outputs]
+
+    def _value(self, sg: Subgraph, values: dict[int, Any], index: int) -> Any:
+        if index < 0:
+            return None
+        if index in values:
+            return values[index]
+        t = sg.tensors[index]
+        if t.data is not None:
+            value = self._constant(sg.index, t)
+            values[index] = value
+            return value
+        if t.is_variable:
+            key = ("tensor", sg.index, index)
+            if key not in self.variables:
+                self.variables[key] = np.zeros(t.shape, tensor_dtype(t))
+            return self.variables[key]
+        raise ModelExecutionError(f"{self.model.source}: subgraph {sg.index} tensor {index} ({t.name!r}) "
+                                  "is read before anything writes it")
+
+    def _run_op(self, sg: Subgraph, op_index: int, values: dict[int, Any]) -> None:
+        op = sg.operators[op_index]
+        impl = lookup(op)
+        args = [self._value(sg, values, i) for i in op.inputs]
+        fold = (self.target.is_xla and op.opcode_name not in STATEFUL_OPS
+                and all(a is None or isinstance(a, np.ndarray) for a in args)
+                and all(t < 0 or sg.tensors[t].num_elements <= FOLD_LIMIT_ELEMENTS for t in op.outputs))
+        target = Target.REFERENCE if fold else self.target
+        ctx = OpContext(op, sg, self.model, self, target)
+        try:
+            result = impl.reference(ctx, *args) if target is Target.REFERENCE else impl.lower(ctx, *args)
+        except LiteGpuError:
+            raise
+        except Exception as e:  # a kernel bug or an input the op cannot take: say where
+            raise ModelExecutionError(f"{self.model.source}: subgraph {sg.index} op {op}: "
+                                      f"{type(e).__name__}: {e}") from e
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        outputs = [t for t in op.outputs]
+        if len(results) < len([t for t in outputs if t >= 0]):
+            raise ModelExecutionError(f"subgraph {sg.index} op {op}: kernel returned {len(results)} "
+                                      f"values for {len(outputs)} outputs")
+        for t, value in zip(outputs, results):
+            if t < 0 or value is None:
+                continue
+            value = self._as_output(sg.tensors[t], value, target)
+            values[t] = value
+            if self._observe:
+                self._observe(sg.index, t, value)
+
+    @staticmethod
+    def _as_output(t: Tensor, value: Any, target: Target) -> Any:
+        if t.dtype in ("resource", "variant", "string"):
+            return value
+        dtype = tensor_dtype(t)
+        if target is Target.REFERENCE:
+            value = np.asarray(value)
+            return value if value.dtype == dtype else value.astype(dtype)
+        return value if value.dtype == dtype else value.astype(dtype)

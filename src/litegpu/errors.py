@@ -1,0 +1,54 @@
+"""Every error litegpu raises on purpose derives from :class:`LiteGpuError`.
+
+Messages name what was wrong and where (file, tensor, op index) and what was
+expected, so a user can act on them without reading our code.
+"""
+
+from __future__ import annotations
+
+
+class LiteGpuError(Exception):
+    """Root of litegpu's exceptions."""
+
+
+class ModelFormatError(LiteGpuError, ValueError):
+    """The file is not a valid TFLite model (bad identifier, offsets, indices, ...)."""
+
+
+class UnsupportedOpError(LiteGpuError, NotImplementedError):
+    """An op (or an op/dtype combination) that no backend can run."""
+
+
+class ModelExecutionError(LiteGpuError, RuntimeError):
+    """An op failed while running (bad runtime shapes, data-dependent errors)."""
+
+
+class AcceleratorUnavailableError(LiteGpuError, RuntimeError):
+    """The requested accelerator is not present on this machine."""
+
+
+class InvalidArgumentError(LiteGpuError, ValueError):
+    """A call got an argument it cannot accept (wrong name, index, shape or dtype)."""
+
+
+class TensorBufferError(InvalidArgumentError):
+    """A TensorBuffer write or read with the wrong size, dtype or rank."""
+
+
+class SignatureError(InvalidArgumentError, KeyError):
+    """An unknown signature key or index, or an unknown input/output name."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we do not want that
+        return str(self.args[0]) if self.args else ""
+
+
+class ClosedError(LiteGpuError, RuntimeError):
+    """A method was called on a model or buffer after close()."""
+
+
+class CacheError(LiteGpuError):
+    """A compile-cache problem the user must fix (e.g. a hostile model token)."""
+
+
+class WriteError(LiteGpuError, OSError):
+    """A model could not be written."""

@@ -1,0 +1,117 @@
+"""Getting model bytes in and out of files: memory maps, identifiers, atomic writes."""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Union
+
+from ..errors import ModelFormatError, WriteError
+from .codec import Decoder, Encoder
+from .schema import load_schema
+
+ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
+
+FILE_IDENTIFIER = b"TFL3"
+
+
+@dataclass
+class RawModel:
+    """A decoded (and structurally verified) Model table plus the bytes behind it."""
+
+    root: dict
+    buffer: Any          # bytes, bytearray, memoryview or mmap: constant data are views into it
+    where: str           # path or "<bytes>", for error messages
+    flatbuffer_end: int  # one past the last byte the FlatBuffer part uses
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+
+def open_source(source: ModelSource) -> tuple[Any, str]:
+    """The model's bytes (memory-mapped for paths) and a name for messages."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return source, "<bytes>"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise ModelFormatError(f"{path}: file is empty")
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), str(path)
+        except FileNotFoundError:
+            raise ModelFormatError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise ModelFormatError(f"{path}: is a directory, not a .tflite file") from None
+        except PermissionError as e:
+            raise ModelFormatError(f"{path}: cannot be read ({e.strerror})") from None
+    if hasattr(source, "read"):
+        data = source.read()
+        if not isinstance(data, (bytes, bytearray)):
+            raise ModelFormatError("file object must be opened in binary mode")
+        return data, getattr(source, "name", "<file object>")
+    raise ModelFormatError(f"cannot read a model from {type(source).__name__}; "
+                           "give a path, bytes or a binary file object")
+
+
+class _TrackingDecoder(Decoder):
+    """Remembers the furthest byte the FlatBuffer part reaches (to spot overlaps)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.end = 0
+
+    def _check(self, pos: int, length: int, path: str, what: str) -> None:
+        super()._check(pos, length, path, what)
+        self.end = max(self.end, pos + length)
+
+
+def decode_model(source: ModelSource) -> RawModel:
+    buffer, where = open_source(source)
+    decoder = _TrackingDecoder(buffer, where, load_schema())
+    try:
+        root = decoder.root("Model", FILE_IDENTIFIER)
+    except RecursionError:
+        raise ModelFormatError(f"{where}: tables nest too deeply") from None
+    return RawModel(root, buffer, where, decoder.end)
+
+
+def encode_model(root: dict) -> bytearray:
+    return Encoder(load_schema()).finish("Model", root, FILE_IDENTIFIER)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Write through a temp file in the same folder, then rename over ``path``.
+
+    A failure (or a crash) leaves any earlier file at ``path`` untouched.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise WriteError(f"{path}: cannot create a file in {folder} ({e.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise WriteError(f"{path}: write failed ({e.strerror or e})") from None
+        raise
+
+
+def write_bytes(path: str | os.PathLike, data: bytes | bytearray | io.BytesIO) -> None:
+    atomic_write(path, lambda f: f.write(data))

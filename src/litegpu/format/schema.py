@@ -1,0 +1,309 @@
+"""The TFLite schema, read from ``schema.fbs`` into plain descriptors.
+
+Our FlatBuffers bindings are schema-driven rather than generated: the codec in
+``codec.py`` walks these descriptors, so every table, union and enum of the
+current schema (all 210 builtin ops, both options unions, INT4/INT2/FLOAT8,
+blockwise quantization, ``Buffer.offset/size``) is covered by construction, and
+a schema update is a one-file change.
+
+Only the subset of the FlatBuffers IDL that ``schema.fbs`` uses is parsed:
+namespaces, file identifiers, enums, unions, tables, structs, attributes and
+default values.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA_PATH = Path(__file__).with_name("schema.fbs")
+
+# Scalar type name -> (struct format, size in bytes, numpy dtype).
+SCALARS: dict[str, tuple[str, int, str]] = {
+    "bool": ("?", 1, "bool"),
+    "byte": ("b", 1, "int8"),
+    "ubyte": ("B", 1, "uint8"),
+    "short": ("h", 2, "int16"),
+    "ushort": ("H", 2, "uint16"),
+    "int": ("i", 4, "int32"),
+    "uint": ("I", 4, "uint32"),
+    "long": ("q", 8, "int64"),
+    "ulong": ("Q", 8, "uint64"),
+    "float": ("f", 4, "float32"),
+    "double": ("d", 8, "float64"),
+}
+_ALIASES = {
+    "int8": "byte", "uint8": "ubyte", "int16": "short", "uint16": "ushort",
+    "int32": "int", "uint32": "uint", "int64": "long", "uint64": "ulong",
+    "float32": "float", "float64": "double",
+}
+
+
+@dataclass(frozen=True)
+class Enum:
+    name: str
+    underlying: str  # a key of SCALARS
+    values: dict[str, int]
+
+    @functools.cached_property
+    def names(self) -> dict[int, str]:
+        return {v: k for k, v in self.values.items()}
+
+
+@dataclass(frozen=True)
+class Union:
+    name: str
+    members: tuple[str, ...]  # member i has type code i + 1; code 0 is NONE
+
+    def member(self, code: int) -> str | None:
+        return self.members[code - 1] if 0 < code <= len(self.members) else None
+
+    def code(self, member: str) -> int:
+        return self.members.index(member) + 1
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str            # scalar name, "string", an enum, table, struct or union name
+    is_vector: bool
+    default: object      # python value for scalars / enums, None otherwise
+    slot: int            # vtable slot (a union value's slot; its type is slot - 1)
+    deprecated: bool = False
+    force_align: int | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    fields: tuple[Field, ...]
+    is_struct: bool = False
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, Field]:
+        return {f.name: f for f in self.fields}
+
+    @property
+    def num_slots(self) -> int:
+        return max((f.slot for f in self.fields), default=-1) + 1
+
+
+@dataclass
+class Schema:
+    enums: dict[str, Enum] = field(default_factory=dict)
+    unions: dict[str, Union] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    file_identifier: bytes = b""
+    root_type: str = ""
+
+    def kind(self, type_name: str) -> str:
+        """One of scalar, string, enum, union, table, struct."""
+        if type_name in SCALARS:
+            return "scalar"
+        if type_name == "string":
+            return "string"
+        if type_name in self.enums:
+            return "enum"
+        if type_name in self.unions:
+            return "union"
+        table = self.tables.get(type_name)
+        if table is None:
+            raise KeyError(f"schema has no type {type_name!r}")
+        return "struct" if table.is_struct else "table"
+
+    def defaults(self, table_name: str) -> dict[str, object]:
+        """The value every field of a table has when the file omits it."""
+        out: dict[str, object] = {}
+        for f in self.tables[table_name].fields:
+            if f.deprecated:
+                continue
+            out[f.name] = () if f.is_vector else f.default
+        return out
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<comment>//[^\n]*)
+      | (?P<string>"[^"]*")
+      | (?P<number>[-+]?(?:0x[0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+))
+      | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
+      | (?P<punct>[{}()\[\]:;,=])
+    )""",
+    re.VERBOSE,
+)
+
+
+def _tokenize(text: str) -> list[str]:
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            if text[pos:].strip() == "":
+                break
+            raise ValueError(f"schema.fbs: cannot parse near {text[pos:pos + 40]!r}")
+        pos = m.end()
+        if m.lastgroup != "comment":
+            tokens.append(m.group(m.lastgroup))
+    return tokens
+
+
+class _Parser:
+    def __init__(self, tokens: list[str]):
+        self.tokens, self.i = tokens, 0
+        self.schema = Schema()
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.tokens[self.i]
+        if expected is not None and tok != expected:
+            raise ValueError(f"schema.fbs: expected {expected!r}, got {tok!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Schema:
+        while self.peek() is not None:
+            keyword = self.take()
+            if keyword in ("namespace", "include", "attribute", "file_extension"):
+                while self.take() != ";":
+                    pass
+            elif keyword == "file_identifier":
+                self.schema.file_identifier = self.take().strip('"').encode()
+                self.take(";")
+            elif keyword == "root_type":
+                self.schema.root_type = self.take()
+                self.take(";")
+            elif keyword == "enum":
+                self._enum()
+            elif keyword == "union":
+                self._union()
+            elif keyword in ("table", "struct"):
+                self._table(is_struct=keyword == "struct")
+            else:
+                raise ValueError(f"schema.fbs: unexpected {keyword!r}")
+        return self.schema
+
+    def _attributes(self) -> dict[str, str | None]:
+        attrs: dict[str, str | None] = {}
+        if self.peek() != "(":
+            return attrs
+        self.take("(")
+        while self.peek() != ")":
+            key = self.take()
+            value = None
+            if self.peek() == ":":
+                self.take(":")
+                value = self.take()
+            attrs[key] = value
+            if self.peek() == ",":
+                self.take(",")
+        self.take(")")
+        return attrs
+
+    def _enum(self) -> None:
+        name = self.take()
+        self.take(":")
+        underlying = _ALIASES.get(self.peek(), self.peek())
+        self.take()
+        self._attributes()
+        self.take("{")
+        values: dict[str, int] = {}
+        nxt = 0
+        while self.peek() != "}":
+            member = self.take()
+            if self.peek() == "=":
+                self.take("=")
+                nxt = int(self.take(), 0)
+            self._attributes()
+            values[member] = nxt
+            nxt += 1
+            if self.peek() == ",":
+                self.take(",")
+        self.take("}")
+        self.schema.enums[name] = Enum(name, underlying, values)
+
+    def _union(self) -> None:
+        name = self.take()
+        self._attributes()
+        self.take("{")
+        members = []
+        while self.peek() != "}":
+            members.append(self.take())
+            if self.peek() == ",":
+                self.take(",")
+        self.take("}")
+        self.schema.unions[name] = Union(name, tuple(members))
+
+    def _table(self, is_struct: bool) -> None:
+        name = self.take()
+        self._attributes()
+        self.take("{")
+        fields, slot = [], 0
+        while self.peek() != "}":
+            fname = self.take()
+            self.take(":")
+            is_vector = self.peek() == "["
+            if is_vector:
+                self.take("[")
+            ftype = self.take()
+            ftype = _ALIASES.get(ftype, ftype)
+            if is_vector:
+                self.take("]")
+            default = None
+            if self.peek() == "=":
+                self.take("=")
+                default = self.take()
+            attrs = self._attributes()
+            self.take(";")
+            is_union = ftype in self.schema.unions
+            if is_union:
+                slot += 1  # the hidden `<name>_type` field comes first
+            fields.append(Field(
+                name=fname, type=ftype, is_vector=is_vector, default=default, slot=slot,
+                deprecated="deprecated" in attrs,
+                force_align=int(attrs["force_align"]) if attrs.get("force_align") else None,
+            ))
+            slot += 1
+        self.take("}")
+        self.schema.tables[name] = Table(name, tuple(fields), is_struct)
+
+
+def _resolve_defaults(schema: Schema) -> None:
+    """Turn default tokens into python values now that every enum is known."""
+    for tname, table in list(schema.tables.items()):
+        resolved = []
+        for f in table.fields:
+            value: object = None
+            if not f.is_vector:
+                if f.type in SCALARS:
+                    value = _scalar_default(f.type, f.default)
+                elif f.type in schema.enums:
+                    enum = schema.enums[f.type]
+                    if f.default is None:
+                        value = enum.names.get(0, 0)
+                    elif f.default in enum.values:
+                        value = f.default
+                    else:
+                        value = enum.names.get(int(f.default, 0), int(f.default, 0))
+            resolved.append(Field(f.name, f.type, f.is_vector, value, f.slot, f.deprecated, f.force_align))
+        schema.tables[tname] = Table(tname, tuple(resolved), table.is_struct)
+
+
+def _scalar_default(type_name: str, token: str | None) -> object:
+    if type_name == "bool":
+        return token == "true"
+    if type_name in ("float", "double"):
+        if token in (None,):
+            return 0.0
+        return {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}.get(token) or float(token)
+    return int(token, 0) if token is not None else 0
+
+
+@functools.lru_cache(maxsize=1)
+def load_schema(path: Path = SCHEMA_PATH) -> Schema:
+    schema = _Parser(_tokenize(path.read_text(encoding="utf-8"))).parse()
+    _resolve_defaults(schema)
+    return schema

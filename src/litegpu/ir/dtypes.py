@@ -1,0 +1,96 @@
+"""TFLite tensor types and their numpy counterparts.
+
+IR dtypes are lower-case strings (``"float32"``, ``"int8"``, ``"int4"``) so
+they print well and compare cheaply; ``numpy_dtype`` maps them to numpy.
+Sub-byte types (int4, uint4, int2) are stored packed in files, element 2i in
+the low nibble, and are unpacked to int8/uint8 arrays when read.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import ModelFormatError
+
+# TFLite TensorType name -> IR dtype name
+_FROM_TFLITE = {
+    "FLOAT32": "float32", "FLOAT16": "float16", "INT32": "int32", "UINT8": "uint8",
+    "INT64": "int64", "STRING": "string", "BOOL": "bool", "INT16": "int16",
+    "COMPLEX64": "complex64", "INT8": "int8", "FLOAT64": "float64", "COMPLEX128": "complex128",
+    "UINT64": "uint64", "RESOURCE": "resource", "VARIANT": "variant", "UINT32": "uint32",
+    "UINT16": "uint16", "INT4": "int4", "BFLOAT16": "bfloat16", "INT2": "int2", "UINT4": "uint4",
+    "FLOAT8_E4M3FN": "float8_e4m3fn", "FLOAT8_E5M2": "float8_e5m2",
+}
+_TO_TFLITE = {v: k for k, v in _FROM_TFLITE.items()}
+
+_NUMPY = {
+    "float32": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8,
+    "int64": np.int64, "bool": np.bool_, "int16": np.int16, "complex64": np.complex64,
+    "int8": np.int8, "float64": np.float64, "complex128": np.complex128, "uint64": np.uint64,
+    "uint32": np.uint32, "uint16": np.uint16, "bfloat16": ml_dtypes.bfloat16,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
+    # Stored packed; the unpacked values live in the next wider type.
+    "int4": np.int8, "uint4": np.uint8, "int2": np.int8,
+    # Opaque handles and strings are carried as raw bytes / object ids.
+    "string": np.object_, "resource": np.int32, "variant": np.int32,
+}
+
+SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2}
+FLOAT_DTYPES = frozenset({"float32", "float16", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2"})
+QUANTIZABLE_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int4", "uint4", "int2"})
+
+
+def from_tflite(type_name: str | int, where: str) -> str:
+    dtype = _FROM_TFLITE.get(type_name) if isinstance(type_name, str) else None
+    if dtype is None:
+        raise ModelFormatError(f"{where}: unknown tensor type {type_name!r}")
+    return dtype
+
+
+def to_tflite(dtype: str) -> str:
+    return _TO_TFLITE[dtype]
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    return np.dtype(_NUMPY[dtype])
+
+
+def from_numpy(dtype: np.dtype | type) -> str:
+    dtype = np.dtype(dtype)
+    for name, np_type in _NUMPY.items():
+        if name not in SUB_BYTE_BITS and np.dtype(np_type) == dtype and name not in ("resource", "variant"):
+            return name
+    raise ValueError(f"no TFLite type for numpy dtype {dtype}")
+
+
+def storage_bytes(dtype: str, num_elements: int) -> int:
+    """Bytes a tensor of ``num_elements`` takes in a file."""
+    bits = SUB_BYTE_BITS.get(dtype)
+    if bits is not None:
+        return (num_elements * bits + 7) // 8
+    return num_elements * numpy_dtype(dtype).itemsize
+
+
+def unpack_sub_byte(raw: np.ndarray, dtype: str, num_elements: int) -> np.ndarray:
+    """Unpack int4/uint4/int2 data: element i sits in the low bits first."""
+    bits = SUB_BYTE_BITS[dtype]
+    per_byte = 8 // bits
+    raw = np.asarray(raw, dtype=np.uint8)
+    shifts = np.arange(per_byte, dtype=np.uint8) * bits
+    values = (raw[:, None] >> shifts[None, :]) & np.uint8((1 << bits) - 1)
+    values = values.reshape(-1)[:num_elements]
+    if dtype == "uint4":
+        return values.astype(np.uint8)
+    signed = values.astype(np.int8)
+    return np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed).astype(np.int8)
+
+
+def pack_sub_byte(values: np.ndarray, dtype: str) -> np.ndarray:
+    bits = SUB_BYTE_BITS[dtype]
+    per_byte = 8 // bits
+    flat = np.asarray(values).reshape(-1).astype(np.int16) & ((1 << bits) - 1)
+    pad = (-flat.size) % per_byte
+    flat = np.concatenate([flat, np.zeros(pad, np.int16)]).reshape(-1, per_byte)
+    shifts = np.arange(per_byte) * bits
+    return (flat << shifts).sum(axis=1).astype(np.uint8)

@@ -1,0 +1,82 @@
+"""Differential testing: run a model with the official interpreter and with ours.
+
+``check_op_model(model, inputs)`` writes ``model`` with our writer, runs it in
+``ai_edge_litert``'s Interpreter (builtin reference kernels, so quantized
+results are the semantics we must match), our reference backend and our XLA
+backend, and asserts all agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.ir import Model, read_model
+from litegpu.ir.save import to_bytes
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+
+def run_official(data: bytes, inputs: Sequence[np.ndarray], reference_kernels: bool = True) -> list[np.ndarray]:
+    resolver = (litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if reference_kernels
+                else litert.OpResolverType.AUTO)
+    interp = litert.Interpreter(model_content=data, experimental_op_resolver_type=resolver)
+    details = interp.get_input_details()
+    for d, x in zip(details, inputs):
+        if tuple(d["shape"]) != tuple(np.shape(x)):
+            interp.resize_tensor_input(d["index"], np.shape(x), strict=False)
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), inputs):
+        interp.set_tensor(d["index"], np.asarray(x))
+    interp.invoke()
+    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+
+
+def run_ours(model: Model, inputs: Sequence[np.ndarray], xla: bool) -> list[np.ndarray]:
+    if xla:
+        from litegpu.backends.xla import XlaBackend
+
+        return [np.asarray(y) for y in XlaBackend(model).run(list(inputs))]
+    return ReferenceBackend(model).run(list(inputs))
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, what: str) -> None:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != official {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != official {expected.dtype}"
+    if expected.dtype.kind in "iub":
+        diff = np.abs(actual.astype(np.int64) - expected.astype(np.int64))
+        assert diff.max(initial=0) <= atol, f"{what}: integer results differ by up to {diff.max()} units"
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=what, equal_nan=True)
+
+
+def check_op_model(model: Model, inputs: Sequence[np.ndarray], *, rtol: float = 1e-5, atol: float = 1e-5,
+                   int_atol: int = 0, xla: bool = True) -> list[np.ndarray]:
+    """Assert official == our reference == our XLA on ``inputs``; returns the official outputs."""
+    data = to_bytes(model)
+    model = read_model(data)  # what we test is what the official runtime reads
+    expected = run_official(data, inputs)
+    backends = [("reference", False)] + ([("xla", True)] if xla else [])
+    for name, use_xla in backends:
+        got = run_ours(model, inputs, use_xla)
+        assert len(got) == len(expected)
+        for i, (g, e) in enumerate(zip(got, expected)):
+            tol = int_atol if np.asarray(e).dtype.kind in "iub" else atol
+            assert_close(g, e, rtol, tol, f"{name} output {i}")
+    return expected
+
+
+def random_input(shape: Sequence[int], dtype: str | np.dtype = np.float32, seed: int = 0,
+                 low: float = -3.0, high: float = 3.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, int(low * 10)), min(info.max, int(high * 10)) + 1, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
