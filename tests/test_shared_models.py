@@ -1,0 +1,82 @@
+"""Real models end to end: our backends against the official runtime's recorded outputs.
+
+Each ``X.reference.npz`` beside the shared models holds inputs and the outputs
+of ai-edge-litert 2.3.0 (``out``: XNNPACK, ``out_ref``: builtin reference
+kernels).  Float models must match ``out_ref`` within a relative error of 1e-4
+(largest difference over largest magnitude).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.ir import Model, read_model
+
+FLOAT_MODELS = [
+    "mediapipe_face_detection_short_range",
+    "mediapipe_hand_landmark_lite",
+    "mobilenet_v3_small_float32",
+    "transformer_encoder_float32",
+    "two_signatures_float32",
+]
+
+
+def load_reference(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """{signature: {"in": {...}, "out": {...}, "out_ref": {...}}} for the first call."""
+    out: dict = {}
+    with np.load(path) as z:
+        for key in z.files:
+            parts = key.split("/")
+            if len(parts) != 3:
+                continue  # stepN/... entries of stateful models
+            sig, kind, name = parts
+            out.setdefault(sig, {}).setdefault(kind, {})[name] = z[key]
+    return out
+
+
+def signature_io(model: Model, key: str) -> tuple[int, dict[str, int], dict[str, int]]:
+    """(subgraph index, input name -> position, output name -> position)."""
+    if key == "-":
+        sg = model.subgraphs[0]
+        return 0, {sg.tensors[t].name: i for i, t in enumerate(sg.inputs)}, \
+            {sg.tensors[t].name: i for i, t in enumerate(sg.outputs)}
+    sig = next(s for s in model.signatures if s.key == key)
+    sg = model.subgraphs[sig.subgraph_index]
+    inputs = {st.name: sg.inputs.index(st.tensor_index) for st in sig.inputs}
+    outputs = {st.name: sg.outputs.index(st.tensor_index) for st in sig.outputs}
+    return sig.subgraph_index, inputs, outputs
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    scale = float(np.max(np.abs(expected))) or 1.0
+    return float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64)))) / scale
+
+
+def run_backend(model: Model, backend: str, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    if backend == "reference":
+        return ReferenceBackend(model).run(inputs, subgraph_index=subgraph)
+    from litegpu.backends.xla import XlaBackend
+
+    return [np.asarray(y) for y in XlaBackend(model, subgraph_index=subgraph).run(inputs)]
+
+
+@pytest.mark.parametrize("backend", ["reference", "xla"])
+@pytest.mark.parametrize("name", FLOAT_MODELS)
+def test_float_model_matches_official_reference_kernels(shared_models, name, backend):
+    model = read_model(shared_models / f"{name}.tflite")
+    for key, record in load_reference(shared_models / f"{name}.reference.npz").items():
+        subgraph, in_pos, out_pos = signature_io(model, key)
+        inputs: list = [None] * len(in_pos)
+        for input_name, value in record["in"].items():
+            inputs[in_pos[input_name]] = value
+        got = run_backend(model, backend, subgraph, inputs)
+        for output_name, expected in record["out_ref"].items():
+            actual = got[out_pos[output_name]]
+            assert actual.shape == expected.shape, f"{key}/{output_name}"
+            assert actual.dtype == expected.dtype, f"{key}/{output_name}"
+            err = relative_error(actual, expected)
+            assert err <= 1e-4, f"{name} {key}/{output_name}: relative error {err:.2e} on {backend}"
