@@ -132,7 +132,9 @@ class Tensor:
             return unpack_sub_byte(self.raw, self.dtype, self.num_elements).reshape(self.shape)
         if self.dtype in ("string", "resource", "variant"):
             return self.raw
-        return self.raw.view(numpy_dtype(self.dtype)).reshape(self.shape)
+        values = self.raw.view(numpy_dtype(self.dtype))
+        # A sparse constant stores only its non-zero values; DENSIFY rebuilds the dense shape.
+        return values if self.sparsity is not None else values.reshape(self.shape)
 
 
 @dataclass(frozen=True)
