@@ -39,3 +39,162 @@ def test_conv2d_1x1_runs_as_matmul():
     b.op("CONV_2D", [x, k, bias], [y], padding="VALID", stride_h=1, stride_w=1)
     b.output(y)
     check_op_model(b.build(), [random_input((1, 6, 6, 8))])
+
+
+# --- DEPTHWISE_CONV_2D -----------------------------------------------------------
+
+def run_forced_target(model, inputs, target):
+    """Run our XLA backend on CPU with the lowering of another target (the GPU one)."""
+    from litegpu.backends.xla import XlaBackend
+    from litegpu.ir import read_model
+    from litegpu.ir.save import to_bytes
+
+    backend = XlaBackend(read_model(to_bytes(model)))
+    backend.target = target
+    return [np.asarray(y) for y in backend.run(inputs)]
+
+
+def depthwise_model(shape, kernel, multiplier, padding, stride, dilation, activation, bias=True):
+    rng = np.random.default_rng(3)
+    n, h, w, c = shape
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    # the official kernel takes a missing bias as two inputs, not as an omitted (-1) third
+    inputs = [x, b.constant("w", rng.standard_normal((1, *kernel, c * multiplier)).astype(np.float32))]
+    if bias:
+        values = np.zeros(c * multiplier) if bias == "zero" else rng.standard_normal(c * multiplier)
+        inputs.append(b.constant("bias", values.astype(np.float32)))
+    oh = conv_output_size(h, kernel[0], stride[0], dilation, padding)
+    ow = conv_output_size(w, kernel[1], stride[1], dilation, padding)
+    y = b.tensor("y", (n, oh, ow, c * multiplier))
+    b.op("DEPTHWISE_CONV_2D", inputs, [y], padding=padding, stride_h=stride[0], stride_w=stride[1],
+         dilation_h_factor=dilation, dilation_w_factor=dilation, depth_multiplier=multiplier,
+         fused_activation_function=activation)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("stride", [(1, 1), (2, 2), (1, 3)])
+@pytest.mark.parametrize("dilation", [1, 2])
+@pytest.mark.parametrize("multiplier,activation", [(1, "NONE"), (2, "RELU6"), (3, "RELU")])
+def test_depthwise_matches_official(padding, stride, dilation, multiplier, activation):
+    # 8x7 with a 3x3 filter makes SAME padding odd for stride 2 (the extra pixel goes after)
+    model = depthwise_model((2, 8, 7, 3), (3, 3), multiplier, padding, stride, dilation, activation)
+    check_op_model(model, [random_input((2, 8, 7, 3))])
+
+
+@pytest.mark.parametrize("kernel,size", [((1, 1), (4, 4)), ((5, 2), (6, 9)), ((3, 3), (1, 1))])
+def test_depthwise_filter_shapes(kernel, size):
+    model = depthwise_model((1, *size, 4), kernel, 1, "SAME", (1, 2), 1, "NONE")
+    check_op_model(model, [random_input((1, *size, 4))])
+
+
+def test_depthwise_without_bias_equals_zero_bias():
+    # The official runtime crashes (segfault) on a bias-less DEPTHWISE_CONV_2D, so the
+    # oracle runs the same layer with a zero bias.
+    from oracle import run_ours
+
+    x = random_input((1, 6, 5, 4))
+    with_zero = depthwise_model((1, 6, 5, 4), (3, 3), 2, "SAME", (2, 2), 1, "RELU", bias="zero")
+    expected = check_op_model(with_zero, [x])
+    without = depthwise_model((1, 6, 5, 4), (3, 3), 2, "SAME", (2, 2), 1, "RELU", bias=False)
+    for xla in (False, True):
+        np.testing.assert_allclose(run_ours(without, [x], xla)[0], expected[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("multiplier,stride,padding", [(1, (2, 2), "SAME"), (2, (1, 1), "VALID")])
+def test_depthwise_gpu_lowering_matches_official(multiplier, stride, padding):
+    from litegpu.ops import Target
+
+    model = depthwise_model((1, 9, 8, 5), (3, 3), multiplier, padding, stride, 2, "RELU6")
+    x = random_input((1, 9, 8, 5))
+    expected = check_op_model(model, [x])
+    got = run_forced_target(model, [x], Target.XLA_GPU)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_rejects_filter_that_does_not_match_channels():
+    from litegpu.errors import LiteGpuError
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 3))
+    k = b.constant("w", np.ones((1, 3, 3, 4), np.float32))
+    y = b.tensor("y", (1, 4, 4, 4))
+    b.op("DEPTHWISE_CONV_2D", [x, k, -1], [y], padding="SAME", stride_h=1, stride_w=1, depth_multiplier=1)
+    b.output(y)
+    from litegpu.backends import ReferenceBackend
+
+    with pytest.raises(LiteGpuError, match="DEPTHWISE_CONV_2D"):
+        ReferenceBackend(b.build()).run([np.ones((1, 4, 4, 3), np.float32)])
+
+
+# --- TRANSPOSE_CONV ------------------------------------------------------------------
+
+def transpose_conv_model(in_shape, out_hw, kernel, cout, padding, stride, activation="NONE", bias=True):
+    rng = np.random.default_rng(4)
+    n, h, w, cin = in_shape
+    b = ModelBuilder()
+    shape = b.constant("output_shape", np.array([n, *out_hw, cout], np.int32))
+    k = b.constant("w", rng.standard_normal((cout, *kernel, cin)).astype(np.float32))
+    x = b.input("x", in_shape)
+    inputs = [shape, k, x]
+    if bias:
+        inputs.append(b.constant("bias", rng.standard_normal(cout).astype(np.float32)))
+    y = b.tensor("y", (n, *out_hw, cout))
+    b.op("TRANSPOSE_CONV", inputs, [y], padding=padding, stride_h=stride[0], stride_w=stride[1],
+         fused_activation_function=activation)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("in_hw,out_hw,kernel,stride,padding", [
+    ((4, 4), (8, 8), (3, 3), (2, 2), "SAME"),
+    ((4, 5), (7, 9), (3, 3), (2, 2), "SAME"),     # odd output: odd total padding
+    ((4, 4), (9, 9), (3, 3), (2, 2), "VALID"),
+    ((3, 4), (6, 13), (2, 4), (2, 3), "VALID"),
+    ((5, 5), (5, 5), (3, 3), (1, 1), "SAME"),
+    ((3, 3), (6, 6), (4, 4), (2, 2), "SAME"),
+    ((2, 2), (8, 8), (3, 3), (4, 4), "SAME"),     # stride larger than the filter: gaps stay zero
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_transpose_conv_matches_official(in_hw, out_hw, kernel, stride, padding, bias):
+    model = transpose_conv_model((2, *in_hw, 3), out_hw, kernel, 4, padding, stride, bias=bias)
+    check_op_model(model, [random_input((2, *in_hw, 3))])
+
+
+def test_transpose_conv_rejects_output_shape_that_does_not_invert_to_input():
+    from litegpu.backends import ReferenceBackend
+    from litegpu.errors import LiteGpuError
+
+    model = transpose_conv_model((1, 3, 4, 2), (6, 12), (2, 4), 3, "VALID", (2, 3))
+    with pytest.raises(LiteGpuError, match="TRANSPOSE_CONV.*axis 2"):
+        ReferenceBackend(model).run([random_input((1, 3, 4, 2))])
+
+
+def test_transpose_conv_fused_activation():
+    model = transpose_conv_model((1, 4, 4, 2), (8, 8), (3, 3), 3, "SAME", (2, 2), activation="RELU6")
+    check_op_model(model, [random_input((1, 4, 4, 2))])
+
+
+# --- CONV_3D ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("stride,dilation", [((1, 1, 1), (1, 1, 1)), ((2, 1, 2), (1, 1, 1)),
+                                             ((1, 1, 1), (2, 1, 2))])
+@pytest.mark.parametrize("activation,bias", [("NONE", True), ("RELU", False)])
+def test_conv3d_matches_official(padding, stride, dilation, activation, bias):
+    rng = np.random.default_rng(5)
+    shape = (2, 5, 6, 7, 3)
+    kernel = (2, 3, 3)
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    k = b.constant("w", rng.standard_normal((*kernel, 3, 4)).astype(np.float32))
+    inputs = [x, k] + ([b.constant("bias", rng.standard_normal(4).astype(np.float32))] if bias else [])
+    out = [conv_output_size(shape[1 + a], kernel[a], stride[a], dilation[a], padding) for a in range(3)]
+    y = b.tensor("y", (2, *out, 4))
+    b.op("CONV_3D", inputs, [y], padding=padding, stride_d=stride[0], stride_h=stride[1], stride_w=stride[2],
+         dilation_d_factor=dilation[0], dilation_h_factor=dilation[1], dilation_w_factor=dilation[2],
+         fused_activation_function=activation)
+    b.output(y)
+    check_op_model(b.build(), [random_input(shape)])

@@ -1,0 +1,107 @@
+"""MAX_POOL_2D, AVERAGE_POOL_2D, L2_POOL_2D on NHWC float32, with fused activations.
+
+Windows never read padding: the max is over the in-bounds pixels, the average
+and the L2 mean divide by the number of in-bounds pixels of each window (not
+by the filter size), as in the official kernels.  The reference walks the
+filter taps; the XLA lowering is ``lax.reduce_window`` with a static table of
+per-window pixel counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelExecutionError
+from .common import explicit_padding, fused_activation
+from .registry import Op, OpContext, register
+
+
+def _pool_geometry(ctx: OpContext, x_shape: tuple) -> tuple:
+    if len(x_shape) != 4:
+        raise ModelExecutionError(f"{ctx.op}: input must be NHWC (rank 4), got shape {tuple(x_shape)}")
+    o = ctx.options
+    window = (o.filter_height, o.filter_width)
+    strides = (o.stride_h, o.stride_w)
+    if min(window) <= 0 or min(strides) <= 0:
+        raise ModelExecutionError(f"{ctx.op}: filter {window} and strides {strides} must be positive")
+    pads = explicit_padding(o.padding, (x_shape[1], x_shape[2]), window, strides)
+    out_hw = tuple((x_shape[1 + a] + sum(pads[a]) - window[a]) // strides[a] + 1 for a in range(2))
+    if min(out_hw) <= 0:
+        raise ModelExecutionError(f"{ctx.op}: a {window} window does not fit the {x_shape[1:3]} input "
+                                  f"with {o.padding} padding")
+    return window, strides, pads, out_hw
+
+
+def _taps(x: np.ndarray, window: tuple, strides: tuple, out_hw: tuple) -> list[np.ndarray]:
+    """Every filter tap's view of the (already padded) input, one per window position."""
+    (fh, fw), (sh, sw), (oh, ow) = window, strides, out_hw
+    return [x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :] for i in range(fh) for j in range(fw)]
+
+
+def _window_counts(x_shape: tuple, window: tuple, strides: tuple, pads: list, out_hw: tuple) -> np.ndarray:
+    """In-bounds pixels of each window, shaped [1, OH, OW, 1]."""
+    ones = np.pad(np.ones((1, x_shape[1], x_shape[2], 1), np.float32), [(0, 0), *pads, (0, 0)])
+    return np.sum(_taps(ones, window, strides, out_hw), axis=0)
+
+
+class _Pool(Op):
+    dtypes = ("float32",)
+
+    def reference(self, ctx: OpContext, x: np.ndarray) -> np.ndarray:
+        window, strides, pads, out_hw = _pool_geometry(ctx, x.shape)
+        y = self.pool_taps(x.astype(np.float32), window, strides, pads, out_hw)
+        return fused_activation(np, y, ctx.options.fused_activation_function)
+
+    def lower(self, ctx: OpContext, x: Any) -> Any:
+        window, strides, pads, out_hw = _pool_geometry(ctx, x.shape)
+        y = self.pool_xla(ctx, x, window, strides, pads, out_hw)
+        return fused_activation(ctx.xp, y, ctx.options.fused_activation_function)
+
+    def pool_taps(self, x, window, strides, pads, out_hw):
+        raise NotImplementedError
+
+    def pool_xla(self, ctx, x, window, strides, pads, out_hw):
+        raise NotImplementedError
+
+
+def _window_sum(lax: Any, x: Any, window: tuple, strides: tuple, pads: list) -> Any:
+    return lax.reduce_window(x, np.array(0, x.dtype), lax.add, (1, *window, 1), (1, *strides, 1),
+                             [(0, 0), *pads, (0, 0)])
+
+
+@register("MAX_POOL_2D")
+class MaxPool2D(_Pool):
+    def pool_taps(self, x, window, strides, pads, out_hw):
+        padded = np.pad(x, [(0, 0), *pads, (0, 0)], constant_values=-np.inf)
+        return np.max(_taps(padded, window, strides, out_hw), axis=0)
+
+    def pool_xla(self, ctx, x, window, strides, pads, out_hw):
+        lax = ctx.lax
+        return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, (1, *window, 1), (1, *strides, 1),
+                                 [(0, 0), *pads, (0, 0)])
+
+
+@register("AVERAGE_POOL_2D")
+class AveragePool2D(_Pool):
+    def pool_taps(self, x, window, strides, pads, out_hw):
+        padded = np.pad(x, [(0, 0), *pads, (0, 0)])
+        total = np.sum(_taps(padded, window, strides, out_hw), axis=0)
+        return total / _window_counts(x.shape, window, strides, pads, out_hw)
+
+    def pool_xla(self, ctx, x, window, strides, pads, out_hw):
+        counts = _window_counts(x.shape, window, strides, pads, out_hw).astype(x.dtype)
+        return _window_sum(ctx.lax, x, window, strides, pads) / counts
+
+
+@register("L2_POOL_2D")
+class L2Pool2D(_Pool):
+    def pool_taps(self, x, window, strides, pads, out_hw):
+        padded = np.pad(x * x, [(0, 0), *pads, (0, 0)])
+        total = np.sum(_taps(padded, window, strides, out_hw), axis=0)
+        return np.sqrt(total / _window_counts(x.shape, window, strides, pads, out_hw))
+
+    def pool_xla(self, ctx, x, window, strides, pads, out_hw):
+        counts = _window_counts(x.shape, window, strides, pads, out_hw).astype(x.dtype)
+        return ctx.xp.sqrt(_window_sum(ctx.lax, x * x, window, strides, pads) / counts)

@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.errors import LiteGpuError
+from litegpu.ir.builder import ModelBuilder
+from oracle import check_op_model, random_input
+
+
+def unary_model(name, shape, **options):
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    y = b.tensor("y", shape)
+    b.op(name, [x], [y], **options)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("shape", [(10,), (3, 7), (2, 3, 5), (2, 2, 3, 4), (1, 2, 1, 2, 6), (4, 1)])
+@pytest.mark.parametrize("beta", [1.0, 0.5, 2.5])
+def test_softmax_matches_official(shape, beta):
+    check_op_model(unary_model("SOFTMAX", shape, beta=beta), [random_input(shape, low=-10, high=10)])
+
+
+def test_softmax_large_logits_do_not_overflow():
+    x = np.array([[1000.0, 999.0, -1000.0, 0.0]], np.float32)
+    check_op_model(unary_model("SOFTMAX", x.shape, beta=1.0), [x])
+
+
+@pytest.mark.parametrize("shape", [(10,), (3, 7), (2, 3, 5), (2, 2, 3, 4)])
+def test_log_softmax_matches_official(shape):
+    check_op_model(unary_model("LOG_SOFTMAX", shape), [random_input(shape, low=-10, high=10)])
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 7), (2, 3, 5), (2, 2, 3, 4)])
+def test_l2_normalization_matches_official(shape):
+    check_op_model(unary_model("L2_NORMALIZATION", shape), [random_input(shape)])
+
+
+def test_l2_normalization_of_zero_and_tiny_vectors():
+    # norms below the 1e-6 epsilon are clamped to it, so tiny vectors shrink rather than normalise
+    x = np.array([[0, 0, 0], [1e-8, 0, 0], [3, 4, 0]], np.float32)
+    check_op_model(unary_model("L2_NORMALIZATION", x.shape), [x])
+
+
+@pytest.mark.parametrize("activation,supported", [("NONE", True), ("RELU", False)])
+def test_l2_normalization_supports_only_no_activation(activation, supported):
+    from litegpu.ops import Target, find
+
+    sg = unary_model("L2_NORMALIZATION", (2, 5), fused_activation_function=activation).subgraphs[0]
+    reason = find("L2_NORMALIZATION").unsupported_reason(sg.operators[0], sg, Target.XLA_CPU)
+    assert (reason is None) == supported
+
+
+@pytest.mark.parametrize("radius,bias,alpha,beta", [
+    (2, 1.0, 1e-1, 0.75), (0, 2.0, 0.5, 0.5), (5, 1.0, 1e-2, 1.0), (1, 0.5, 1.0, 0.3)])
+def test_local_response_normalization_matches_official(radius, bias, alpha, beta):
+    shape = (2, 3, 4, 7)
+    model = unary_model("LOCAL_RESPONSE_NORMALIZATION", shape, radius=radius, bias=bias, alpha=alpha, beta=beta)
+    check_op_model(model, [random_input(shape)])
+
+
+def test_local_response_normalization_rejects_non_4d_input():
+    model = unary_model("LOCAL_RESPONSE_NORMALIZATION", (3, 7), radius=1, bias=1.0, alpha=1.0, beta=0.5)
+    with pytest.raises(LiteGpuError, match="LOCAL_RESPONSE_NORMALIZATION.*rank 4"):
+        ReferenceBackend(model).run([random_input((3, 7))])
