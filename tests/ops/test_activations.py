@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.errors import ModelExecutionError
+from litegpu.ir.builder import ModelBuilder
+from oracle import check_op_model, random_input
+
+SHAPES = [(), (1,), (2, 3, 4), (1, 2, 1, 3, 1, 2), (0, 3)]
+ACTIVATIONS = ["RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "ELU", "HARD_SWISH", "GELU",
+               "LEAKY_RELU"]
+SPECIAL = np.array([np.inf, -np.inf, 0.0, -0.0, 1e-30, -3.0, 3.0, 6.0, -1.0, 1.0, 20.0, -20.0, 90.0, -90.0],
+                   np.float32)
+
+
+def activation_model(op, shape, dtype="float32", **options):
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype)
+    y = b.tensor("y", shape, dtype)
+    b.op(op, [x], [y], **options)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("op", ACTIVATIONS)
+def test_activation_matches_official(op, shape):
+    x = random_input(shape, seed=1, low=-8, high=8)
+    check_op_model(activation_model(op, shape), [x])
+
+
+@pytest.mark.parametrize("op", ACTIVATIONS)
+def test_special_values_match_official(op):
+    check_op_model(activation_model(op, SPECIAL.shape), [SPECIAL])
+
+
+@pytest.mark.parametrize("op", ["LOGISTIC", "TANH"])
+def test_float16_matches_official(op):
+    x = random_input((4, 5), "float16", seed=2, low=-6, high=6)
+    check_op_model(activation_model(op, x.shape, "float16"), [x], rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_gelu_forms_match_official(approximate):
+    x = np.concatenate([random_input((50,), seed=3, low=-6, high=6), SPECIAL])
+    check_op_model(activation_model("GELU", x.shape, approximate=approximate), [x])
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.2, -0.5, 1.5])
+def test_leaky_relu_alpha_matches_official(alpha):
+    x = random_input((3, 4), seed=4)
+    check_op_model(activation_model("LEAKY_RELU", x.shape, alpha=alpha), [x])
+
+
+def prelu_model(x_shape, alpha_shape):
+    b = ModelBuilder()
+    x = b.input("x", x_shape)
+    a = b.input("alpha", alpha_shape)
+    y = b.tensor("y", x_shape)
+    b.op("PRELU", [x, a], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("x_shape,alpha_shape", [
+    ((1, 4, 4, 3), (3,)), ((1, 4, 4, 3), (1, 1, 3)), ((2, 5, 3), (5, 3)), ((2, 3), (2, 3)), ((4,), ()),
+    ((2, 3, 4), (3, 1)), ((0, 3), (3,)),
+], ids=str)
+def test_prelu_alpha_broadcasting_matches_official(x_shape, alpha_shape):
+    x = random_input(x_shape, seed=5)
+    alpha = random_input(alpha_shape, seed=6, low=-1, high=1)
+    check_op_model(prelu_model(x_shape, alpha_shape), [x, alpha])
+
+
+def test_prelu_with_constant_alpha_matches_official():
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 2))
+    a = b.constant("alpha", np.array([[[0.25, -2.0]]], np.float32))
+    y = b.tensor("y", (1, 3, 3, 2))
+    b.op("PRELU", [x, a], [y])
+    b.output(y)
+    check_op_model(b.build(), [random_input((1, 3, 3, 2), seed=8)])
+
+
+def test_prelu_alpha_larger_than_input_is_an_error():
+    model = prelu_model((3,), (2, 3))
+    with pytest.raises(ModelExecutionError, match="PRELU"):
+        ReferenceBackend(model).run([np.zeros(3, np.float32), np.zeros((2, 3), np.float32)])

@@ -1,0 +1,174 @@
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.errors import ModelExecutionError
+from litegpu.ir import read_model
+from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.save import to_bytes
+from oracle import check_op_model, random_input, run_official
+
+RANK6_BROADCAST = ((1, 1, 1, 1, 1, 5), (2, 3, 1, 4, 1, 1))
+SHAPE_PAIRS = [
+    ((), ()), ((), (2, 3)), ((3,), ()), ((1,), (5,)), ((2, 3), (2, 3)), ((2, 1, 3), (4, 1)),
+    ((4, 1, 1, 3), (1, 2, 5, 1)), RANK6_BROADCAST, ((0, 3), (1, 3)), ((0, 3), (0, 3)),
+]
+
+
+def binary_model(op, shapes, dtype, *, n_inputs=2, **options):
+    b = ModelBuilder()
+    xs = [b.input(f"x{i}", s, dtype) for i, s in enumerate(shapes[:n_inputs])]
+    y = b.tensor("y", np.broadcast_shapes(*shapes), dtype)
+    b.op(op, xs, [y], **options)
+    b.output(y)
+    return b.build()
+
+
+def operands(op, shapes, dtype, seed=0):
+    """Inputs in each op's domain: nonzero divisors, non-negative integer exponents, positive float bases."""
+    x = random_input(shapes[0], dtype, seed=seed)
+    y = random_input(shapes[1], dtype, seed=seed + 1)
+    is_int = np.dtype(dtype).kind == "i"
+    if op in ("DIV", "FLOOR_DIV", "FLOOR_MOD"):
+        y = np.where(y == 0, np.asarray(3, dtype), y).astype(dtype)
+        if not is_int:  # keep quotients away from integer boundaries where floor() is ill-conditioned
+            y = np.where(np.abs(y) < 0.25, np.asarray(0.5, dtype), y).astype(dtype)
+    if op == "POW":
+        if is_int:
+            x = random_input(shapes[0], dtype, seed=seed, low=-0.4, high=0.4)
+            y = random_input(shapes[1], dtype, seed=seed + 1, low=0, high=0.5)
+        else:
+            x = random_input(shapes[0], dtype, seed=seed, low=0.1, high=3)
+    return [x, y]
+
+
+DTYPES = {
+    "ADD": ["float32", "float16", "int32", "int64"],
+    "SUB": ["float32", "int32", "int64"],
+    "MUL": ["float32", "float16", "int32", "int64"],
+    "DIV": ["float32", "int32"],
+    "POW": ["float32", "int32"],
+    "MAXIMUM": ["float32", "float16", "int16", "int32", "int64"],
+    "MINIMUM": ["float32", "float16", "int16", "int32", "int64"],
+    "SQUARED_DIFFERENCE": ["float32", "int32"],
+    "FLOOR_DIV": ["float32", "int8", "int16", "int32"],
+    "FLOOR_MOD": ["float32", "int8", "int16", "int32", "int64"],
+    "ATAN2": ["float32", "float16", "float64"],
+}
+
+
+def tolerance(dtype):
+    return {"rtol": 2e-3, "atol": 2e-3} if dtype == "float16" else {}
+
+
+@pytest.mark.parametrize("op,dtype", [(op, d) for op, ds in DTYPES.items() for d in ds])
+def test_each_type_matches_official(op, dtype):
+    shapes = ((2, 4, 3), (2, 4, 3)) if op == "ATAN2" else ((2, 1, 3), (4, 1))
+    check_op_model(binary_model(op, shapes, dtype), operands(op, shapes, dtype), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=str)
+@pytest.mark.parametrize("op,dtype", [("ADD", "float32"), ("DIV", "float32"), ("FLOOR_MOD", "int32"),
+                                      ("MAXIMUM", "float32"), ("POW", "float32")])
+def test_broadcasting_shapes_match_official(op, dtype, shapes):
+    check_op_model(binary_model(op, shapes, dtype), operands(op, shapes, dtype, seed=3))
+
+
+@pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("op,dtype", [("ADD", "float32"), ("SUB", "float32"), ("MUL", "float32"),
+                                      ("DIV", "float32"), ("ADD", "int32"), ("DIV", "int32")])
+def test_fused_activation_matches_official(op, dtype, activation):
+    shapes = ((3, 4), (4,))
+    xs = operands(op, shapes, dtype, seed=5)
+    check_op_model(binary_model(op, shapes, dtype, fused_activation_function=activation), xs)
+
+
+def pair(op, x, y, dtype="float32"):
+    x, y = np.asarray(x, dtype), np.asarray(y, dtype)
+    return binary_model(op, (x.shape, y.shape), dtype), [x, y]
+
+
+INF, NAN, BIG = np.inf, np.nan, 3e38
+SPECIAL_CASES = {
+    # float ADD/SUB/MUL/DIV clamp to +-FLT_MAX: the activation range of "NONE"
+    "add_overflow": ("ADD", [INF, -INF, BIG, NAN, BIG], [1, 1, BIG, 1, -BIG]),
+    "sub_overflow": ("SUB", [INF, -INF, -BIG, NAN], [1, 1, BIG, 1]),
+    "mul_overflow": ("MUL", [INF, BIG, BIG, 0], [1, 2, -2, INF]),
+    "div_by_zero_float": ("DIV", [1, -1, 0, INF], [0, 0, 0, 2]),
+    "squared_difference_no_clamp": ("SQUARED_DIFFERENCE", [INF, BIG, NAN], [1, -BIG, 0]),
+    "maximum_nan_goes_to_second": ("MAXIMUM", [NAN, 1, NAN, -0.0], [1, NAN, NAN, 0.0]),
+    "minimum_nan_goes_to_second": ("MINIMUM", [NAN, 1, NAN, 2], [1, NAN, NAN, -INF]),
+    "floor_mod_float_signs": ("FLOOR_MOD", [7.5, -7.5, 7.5, -7.5, 0, 6, INF, 1], [2, 2, -2, -2, 3, 3, 1, 0]),
+    "floor_div_float_signs": ("FLOOR_DIV", [7.5, -7.5, 7.5, -7.5, 0, 6, -1e-7], [2, 2, -2, -2, 3, 3, 5]),
+    "pow_float_special": ("POW", [2, -3, -2, 0, 0, INF, 1], [0.5, 3, 0.5, 0, -1, -1, NAN]),
+    "atan2_quadrants": ("ATAN2", [1, 1, -1, -1, 0, 0, INF], [1, -1, 1, -1, 0, -1, 1]),
+}
+INT_CASES = {
+    "div_truncates": ("DIV", [7, -7, 7, -7, 0, 5, 6, -6], [2, 2, -2, -2, 3, -5, 4, 4]),
+    "floor_div_rounds_down": ("FLOOR_DIV", [7, -7, 7, -7, 0, 5, 6, -6], [2, 2, -2, -2, 3, -5, 4, 4]),
+    "floor_mod_takes_divisor_sign": ("FLOOR_MOD", [7, -7, 7, -7, 0, 5, 6, -6], [2, 2, -2, -2, 3, -5, 4, 4]),
+    "pow_int_wraps": ("POW", [2, -3, 5, 0, 7, -1], [10, 3, 0, 0, 12, 7]),
+    "add_int_wraps": ("ADD", [2**31 - 1, -2**31], [1, -1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPECIAL_CASES))
+def test_float_special_values_match_official(case):
+    op, x, y = SPECIAL_CASES[case]
+    check_op_model(*pair(op, x, y))
+
+
+@pytest.mark.parametrize("op", ["ADD", "MUL"])
+def test_float16_overflow_clamps_to_float16_max_like_official(op):
+    check_op_model(*pair(op, [60000, INF, 1, -60000], [60000, 1, NAN, -60000], "float16"))
+
+
+@pytest.mark.parametrize("case", sorted(INT_CASES))
+def test_int_semantics_match_official(case):
+    op, x, y = INT_CASES[case]
+    check_op_model(*pair(op, x, y, "int32"))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("dtype,shape", [("float32", (2, 3)), ("int32", (5,)), ("float32", ()),
+                                         ("float32", (0, 2))])
+def test_add_n_matches_official(n, dtype, shape):
+    xs = [random_input(shape, dtype, seed=i) for i in range(n)]
+    check_op_model(binary_model("ADD_N", [shape] * n, dtype, n_inputs=n), xs)
+
+
+def test_add_n_clamps_overflow_like_official():
+    xs = [np.array([BIG, INF, NAN], np.float32), np.array([BIG, 1, 1], np.float32)]
+    check_op_model(binary_model("ADD_N", [(3,)] * 2, "float32"), xs)
+
+
+ERROR_CASES = {
+    "div_int_by_zero": ("DIV", "int32", [[4, 5], [1, 0]]),
+    "floor_div_int_by_zero": ("FLOOR_DIV", "int32", [[4, 5], [0, 2]]),
+    "floor_div_float_by_zero": ("FLOOR_DIV", "float32", [[4, 5], [0, 2]]),
+    "floor_mod_int_by_zero": ("FLOOR_MOD", "int32", [[4, 5], [2, 0]]),
+    "pow_negative_int_exponent": ("POW", "int32", [[4, 5], [2, -1]]),
+    "atan2_shapes_differ": ("ATAN2", "float32", [[[1, 2], [3, 4]], [1, 2]]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_errors_where_official_fails(case):
+    op, dtype, (x, y) = ERROR_CASES[case]
+    x, y = np.asarray(x, dtype), np.asarray(y, dtype)
+    b = ModelBuilder()
+    ins = [b.input("x", x.shape, dtype), b.input("y", y.shape, dtype)]
+    out = b.tensor("out", x.shape, dtype)
+    b.op(op, ins, [out])
+    b.output(out)
+    data = to_bytes(b.build())
+    with pytest.raises(RuntimeError):
+        run_official(data, [x, y])
+    with pytest.raises(ModelExecutionError, match=op):
+        ReferenceBackend(read_model(data)).run([x, y])
+
+
+def test_shapes_that_do_not_broadcast_are_an_error():
+    model = binary_model("ADD", ((2, 3), (3,)), "float32")
+    with pytest.raises(ModelExecutionError, match="do not broadcast"):
+        ReferenceBackend(model).run([np.zeros((2, 3), np.float32), np.zeros((4,), np.float32)])

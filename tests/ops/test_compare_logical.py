@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.errors import ModelExecutionError
+from litegpu.ir.builder import ModelBuilder
+from oracle import check_op_model, random_input
+
+COMPARISONS = ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"]
+SHAPE_PAIRS = [((), ()), ((), (2, 3)), ((1,), (5,)), ((2, 1, 3), (4, 1)), ((4, 1, 1, 3), (1, 2, 5, 1)),
+               ((1, 1, 1, 1, 1, 5), (2, 3, 1, 4, 1, 1)), ((0, 3), (1, 3))]
+
+
+def model(op, shapes, in_dtype, out_dtype):
+    b = ModelBuilder()
+    xs = [b.input(f"x{i}", s, in_dtype) for i, s in enumerate(shapes)]
+    y = b.tensor("y", np.broadcast_shapes(*shapes), out_dtype)
+    b.op(op, xs, [y])
+    b.output(y)
+    return b.build()
+
+
+def with_ties(shapes, dtype, seed=0):
+    """Operands drawn from few values, so that equality happens often."""
+    x = random_input(shapes[0], dtype, seed=seed, low=-0.2, high=0.2)
+    y = random_input(shapes[1], dtype, seed=seed + 1, low=-0.2, high=0.2)
+    if np.dtype(dtype).kind == "f":
+        x, y = np.round(x * 10).astype(dtype), np.round(y * 10).astype(dtype)
+    return [x, y]
+
+
+@pytest.mark.parametrize("op,dtype", [(op, d) for op in COMPARISONS
+                                      for d in ["float32", "float16", "int16", "int32", "int64"]
+                                      if (op, d) != ("NOT_EQUAL", "int16")])
+def test_comparison_types_match_official(op, dtype):
+    shapes = ((2, 1, 3), (4, 1))
+    check_op_model(model(op, shapes, dtype, "bool"), with_ties(shapes, dtype))
+
+
+@pytest.mark.parametrize("op", ["EQUAL", "NOT_EQUAL"])
+def test_bool_equality_matches_official(op):
+    shapes = ((3, 4), (4,))
+    check_op_model(model(op, shapes, "bool", "bool"), [random_input(s, "bool", seed=i) for i, s in enumerate(shapes)])
+
+
+@pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=str)
+@pytest.mark.parametrize("op", ["LESS", "EQUAL"])
+def test_comparison_broadcasting_matches_official(op, shapes):
+    check_op_model(model(op, shapes, "float32", "bool"), with_ties(shapes, "float32", seed=4))
+
+
+@pytest.mark.parametrize("op", COMPARISONS)
+def test_comparison_with_nan_matches_official(op):
+    x = np.array([np.nan, 1, np.nan, np.inf, -0.0], np.float32)
+    y = np.array([1, np.nan, np.nan, np.inf, 0.0], np.float32)
+    check_op_model(model(op, [(5,), (5,)], "float32", "bool"), [x, y])
+
+
+@pytest.mark.parametrize("shapes", SHAPE_PAIRS[:5], ids=str)
+@pytest.mark.parametrize("op", ["LOGICAL_AND", "LOGICAL_OR"])
+def test_logical_binary_matches_official(op, shapes):
+    check_op_model(model(op, shapes, "bool", "bool"), [random_input(s, "bool", seed=i) for i, s in enumerate(shapes)])
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (2, 3, 4), (0, 2)], ids=str)
+def test_logical_not_matches_official(shape):
+    check_op_model(model("LOGICAL_NOT", [shape], "bool", "bool"), [random_input(shape, "bool", seed=2)])
+
+
+BITWISE_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32"]
+
+
+def full_range(shape, dtype, seed):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", BITWISE_TYPES)
+def test_bitwise_xor_matches_official(dtype):
+    shapes = ((2, 1, 3), (4, 1))
+    check_op_model(model("BITWISE_XOR", shapes, dtype, dtype), [full_range(s, dtype, i) for i, s in enumerate(shapes)])
+
+
+@pytest.mark.parametrize("dtype", BITWISE_TYPES)
+def test_right_shift_matches_official(dtype):
+    # Shifts below 0 and at or past the bit width are clamped by the official kernel.
+    bits = np.dtype(dtype).itemsize * 8
+    x = full_range((3, 1), dtype, 0)
+    low = -3 if np.dtype(dtype).kind == "i" else 0
+    shifts = np.array(sorted({low, 0, 1, 3, bits - 1, bits, min(bits + 5, np.iinfo(dtype).max)}), dtype)
+    check_op_model(model("RIGHT_SHIFT", [x.shape, shifts.shape], dtype, dtype), [x, shifts])
+
+
+def test_mixed_input_types_are_an_error():
+    b = ModelBuilder()
+    x, y = b.input("x", (3,), "float32"), b.input("y", (3,), "int32")
+    z = b.tensor("z", (3,), "bool")
+    b.op("LESS", [x, y], [z])
+    b.output(z)
+    with pytest.raises(ModelExecutionError, match="LESS"):
+        ReferenceBackend(b.build()).run([np.zeros(3, np.float32), np.zeros(3, np.int32)])

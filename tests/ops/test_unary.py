@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+from litegpu.ir.builder import ModelBuilder
+from oracle import check_op_model, random_input
+
+SHAPES = [(), (1,), (2, 3, 4), (1, 2, 1, 3, 1, 2), (0, 3)]
+POSITIVE_DOMAIN = {"LOG", "SQRT", "RSQRT"}
+DTYPES = {
+    "ABS": ["float32", "int32"], "NEG": ["float32", "float16", "int32", "int64"], "EXP": ["float32"],
+    "LOG": ["float32"], "SQRT": ["float32"], "RSQRT": ["float32"], "SQUARE": ["float32"],
+    "SIN": ["float32", "float16"], "COS": ["float32", "float16"], "FLOOR": ["float32", "float16"],
+    "CEIL": ["float32"], "ROUND": ["float32", "float16"], "SIGN": ["float32", "float64", "int32"],
+    "ZEROS_LIKE": ["float32", "int32", "int64"],
+}
+
+
+def unary_model(op, shape, dtype, **options):
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype)
+    y = b.tensor("y", shape, dtype)
+    b.op(op, [x], [y], **options)
+    b.output(y)
+    return b.build()
+
+
+def operand(op, shape, dtype, seed=0):
+    if op in POSITIVE_DOMAIN:
+        return random_input(shape, dtype, seed=seed, low=0.01, high=5)
+    if op == "ROUND":  # many exact .5 ties, both parities
+        return (random_input(shape, "int32", seed=seed) / 4).astype(dtype)
+    return random_input(shape, dtype, seed=seed)
+
+
+def tolerance(dtype):
+    return {"rtol": 2e-3, "atol": 2e-3} if dtype == "float16" else {}
+
+
+@pytest.mark.parametrize("op,dtype", [(op, d) for op, ds in DTYPES.items() for d in ds])
+def test_each_type_matches_official(op, dtype):
+    shape = (3, 5)
+    check_op_model(unary_model(op, shape, dtype), [operand(op, shape, dtype)], **tolerance(dtype))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("op", ["RSQRT", "NEG", "ROUND", "EXP"])
+def test_shapes_match_official(op, shape):
+    check_op_model(unary_model(op, shape, "float32"), [operand(op, shape, "float32", seed=7)])
+
+
+SPECIAL = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -2.5, 2.5, 0.5, -0.5, 1.5, 100.0], np.float32)
+
+
+@pytest.mark.parametrize("op", sorted(op for op in DTYPES if op != "ZEROS_LIKE"))
+def test_special_values_match_official(op):
+    check_op_model(unary_model(op, SPECIAL.shape, "float32"), [SPECIAL])
+
+
+def test_sin_cos_of_large_arguments_match_official():
+    x = np.array([100.0, -250.5, 1000.25, 3.14159265], np.float32)
+    for op in ("SIN", "COS"):
+        check_op_model(unary_model(op, x.shape, "float32"), [x])
+
+
+def test_int_abs_and_neg_wrap_at_the_minimum_like_official():
+    x = np.array([np.iinfo(np.int32).min, -5, 0, 7], np.int32)
+    for op in ("ABS", "NEG"):
+        check_op_model(unary_model(op, x.shape, "int32"), [x])
