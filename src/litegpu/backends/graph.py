@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LiteGpuError, ModelExecutionError
+from ..errors import LiteGpuError, ModelExecutionError, UnsupportedOpError
 from ..ir import Model, Subgraph, Tensor, execution_order, numpy_dtype
 from ..ops import OpContext, Target, lookup
 
@@ -49,6 +49,7 @@ class GraphRunner:
         self._constant = constant or (lambda sg, t: t.data)
         self._observe = observe
         self._orders: dict[int, tuple[int, ...]] = {}
+        self._checked: dict[tuple[int, int], Any] = {}
 
     def order(self, sg: Subgraph) -> tuple[int, ...]:
         if sg.index not in self._orders:
@@ -86,9 +87,26 @@ class GraphRunner:
         raise ModelExecutionError(f"{self.model.source}: subgraph {sg.index} tensor {index} ({t.name!r}) "
                                   "is read before anything writes it")
 
+    def _checked_impl(self, sg: Subgraph, op_index: int) -> Any:
+        """The op's kernel, once we know this op instance is one it implements.
+
+        Without this check a kernel would run on a dtype it was never written
+        for (an int8 CONV_2D through the float kernel) and return garbage.
+        """
+        key = (sg.index, op_index)
+        if key not in self._checked:
+            op = sg.operators[op_index]
+            impl = lookup(op)
+            reason = impl.unsupported_reason(op, sg, self.target)
+            if reason is not None:
+                raise UnsupportedOpError(f"{self.model.source}: subgraph {sg.index} op {op} cannot run on "
+                                         f"{self.target.value}: {reason}")
+            self._checked[key] = impl
+        return self._checked[key]
+
     def _run_op(self, sg: Subgraph, op_index: int, values: dict[int, Any]) -> None:
         op = sg.operators[op_index]
-        impl = lookup(op)
+        impl = self._checked_impl(sg, op_index)
         args = [self._value(sg, values, i) for i in op.inputs]
         fold = (self.target.is_xla and op.opcode_name not in STATEFUL_OPS
                 and all(a is None or isinstance(a, np.ndarray) for a in args)

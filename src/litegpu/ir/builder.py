@@ -24,7 +24,8 @@ from .opcodes import builtin_codes, options_table_for
 
 
 def quantization(scale: float | Sequence[float], zero_point: int | Sequence[int] = 0, axis: int = 0) -> Quantization:
-    scales = tuple(float(s) for s in np.atleast_1d(scale))
+    # Files store scales as float32: keep exactly what a read-back will hold.
+    scales = tuple(float(s) for s in np.atleast_1d(np.asarray(scale, np.float32)))
     zps = tuple(int(z) for z in np.atleast_1d(zero_point))
     if len(zps) == 1 and len(scales) > 1:
         zps = zps * len(scales)
@@ -68,7 +69,7 @@ class SubgraphBuilder:
         return self.tensor(name, array.shape, dtype, quantization=quantization, buffer=buffer,
                            raw=raw if raw.size else None)
 
-    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *,
+    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], /, *,
            custom_options: bytes | None = None, version: int = 1, options_type: str | None = None,
            **options: Any) -> int:
         """Add an op; ``options`` override the defaults of the op's options table."""
