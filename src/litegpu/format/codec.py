@@ -225,6 +225,9 @@ class Encoder:
         if kind in ("scalar", "enum"):
             scalar = self.schema.enums[type_name].underlying if kind == "enum" else type_name
             _, size, dtype = SCALARS[scalar]
+            if kind == "enum" and not isinstance(items, np.ndarray):  # names, as scalar enum fields accept
+                values = self.schema.enums[type_name].values
+                items = [values[i] if isinstance(i, str) else i for i in items]
             array = np.ascontiguousarray(np.asarray(items, dtype=np.dtype(dtype).newbyteorder("<")))
             data = array.reshape(-1).view(np.uint8)
             b.StartVector(size, array.size, max(size, force_align or 1))

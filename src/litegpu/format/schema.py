@@ -232,6 +232,7 @@ class _Parser:
         members = []
         while self.peek() != "}":
             members.append(self.take())
+            self._attributes()  # e.g. `ReduceWindowOptions (deprecated)` keeps its type code
             if self.peek() == ",":
                 self.take(",")
         self.take("}")

@@ -34,7 +34,9 @@ def read_model(source: ModelSource) -> Model:
 def freeze(value: Any) -> Any:
     """Decoded schema values -> immutable, comparable python values."""
     if isinstance(value, np.ndarray):
-        return value.tobytes() if value.dtype == np.uint8 else tuple(value.tolist())
+        # An empty byte vector is () like every other empty vector, so that a builder's
+        # default () and the empty vector it is written as read back equal.
+        return value.tobytes() if value.dtype == np.uint8 and value.size else tuple(value.tolist())
     if isinstance(value, Mapping):
         return Options({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
