@@ -1,0 +1,1 @@
+"""The ``litegpu`` command line: inspect, dump, ops, pack and run models."""

@@ -1,0 +1,226 @@
+"""The ``litegpu`` command, called in-process through ``main([...])``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from litegpu.cli.main import main
+from litegpu.ir import read_model
+from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.opcodes import builtin_names
+from litegpu.ir.save import to_bytes
+
+ALL_MODELS = [
+    "mediapipe_face_detection_short_range", "mediapipe_hand_landmark_lite", "mediapipe_selfie_segmentation",
+    "microwakeword_okay_nabu", "mobilenet_v3_small_float32", "mobilenet_v3_small_int8",
+    "transformer_encoder_float32", "two_signatures_float32",
+]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_inspect_json_reads_every_shared_model(shared_models, capsys, name):
+    code, out, err = run_cli(capsys, "inspect", str(shared_models / f"{name}.tflite"), "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    model = read_model(shared_models / f"{name}.tflite")
+    assert [t["index"] for t in info["inputs"]] == list(model.main.inputs)
+    assert [t["index"] for t in info["outputs"]] == list(model.main.outputs)
+    assert [s["key"] for s in info["signatures"]] == [s.key for s in model.signatures]
+    assert [sum(sg["ops"].values()) for sg in info["subgraphs"]] == [len(sg.operators) for sg in model.subgraphs]
+    assert info["file_bytes"] == (shared_models / f"{name}.tflite").stat().st_size
+    assert 0 < info["constant_bytes"] <= info["file_bytes"]
+    assert [m["name"] for m in info["metadata"]] == [m.name for m in model.metadata]
+
+
+def test_inspect_json_details(shared_models, capsys):
+    _, out, _ = run_cli(capsys, "inspect", str(shared_models / "two_signatures_float32.tflite"), "--json")
+    info = json.loads(out)
+    decode, encode = info["signatures"]
+    assert decode["key"] == "decode" and decode["subgraph"] == 0
+    assert [t["name"] for t in decode["inputs"]] == ["code", "scale"]
+    assert decode["inputs"][1] == {"name": "scale", "index": 1, "shape": [1], "shape_signature": None,
+                                   "dtype": "int32", "quantization": None, "tensor_name": "decode_scale:0"}
+    assert encode["subgraph"] == 1 and [t["name"] for t in encode["outputs"]] == ["code"]
+    assert info["subgraphs"][1]["ops"] == {"FULLY_CONNECTED": 1}
+    assert info["dtypes"]["float32"]["constants"] == 4
+    assert {"name": "min_runtime_version", "buffer": info["metadata"][0]["buffer"], "bytes": 16,
+            "value": "1.14.0"} in info["metadata"]
+    assert info["custom_ops"] == []
+
+
+def test_inspect_quantization_summary(shared_models, capsys):
+    _, out, _ = run_cli(capsys, "inspect", str(shared_models / "mobilenet_v3_small_int8.tflite"), "--json")
+    info = json.loads(out)
+    assert info["inputs"][0]["dtype"] == "int8"
+    assert info["inputs"][0]["quantization"].startswith("scale=0.00784")
+    assert "int8" in info["dtypes"] and info["dtypes"]["int8"]["constant_bytes"] > 100_000
+
+
+def test_inspect_custom_op_raw_struct_options(shared_models, capsys):
+    _, out, _ = run_cli(capsys, "inspect", str(shared_models / "mediapipe_selfie_segmentation.tflite"), "--json")
+    (custom,) = json.loads(out)["custom_ops"]
+    assert custom["name"] == "Convolution2DTransposeBias" and custom["count"] == 1
+    assert custom["options"] == [{"raw_bytes": 12, "preview": "01 00 00 00 02 00 00 00 02 00 00 00"}]
+
+
+def test_inspect_custom_op_flexbuffer_options(tmp_path, capsys):
+    from flatbuffers import flexbuffers
+
+    b = ModelBuilder()
+    x = b.input("x", (2,))
+    y = b.tensor("y", (2,))
+    b.op("MyOp", [x], [y], custom_options=bytes(flexbuffers.Dumps({"alpha": 0.5, "mode": "fast", "k": [1, 2]})))
+    b.output(y)
+    path = tmp_path / "custom.tflite"
+    path.write_bytes(to_bytes(b.build()))
+    _, out, _ = run_cli(capsys, "inspect", str(path), "--json")
+    (custom,) = json.loads(out)["custom_ops"]
+    assert custom["options"] == [{"alpha": 0.5, "mode": "fast", "k": [1, 2]}]
+    code, out, _ = run_cli(capsys, "inspect", str(path))
+    assert code == 0 and "MyOp" in out and "fast" in out
+
+
+def test_inspect_tables(shared_models, capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(shared_models / "microwakeword_okay_nabu.tflite"))
+    assert code == 0
+    for text in ("Inputs", "Signature 'serving_default'", "CALL_ONCE", "Tensor types", "int8", "min_runtime_version"):
+        assert text in out
+
+
+def test_dump_prints_tables_and_previews_bytes(shared_models, capsys):
+    code, out, _ = run_cli(capsys, "dump", str(shared_models / "two_signatures_float32.tflite"))
+    assert code == 0
+    assert out.startswith("# ") and "\nModel:\n" in out
+    for text in ('builtin_code: "FULLY_CONNECTED"', 'signature_key: "encode"', "shape: [1, 32]",
+                 "builtin_options_type: \"FullyConnectedOptions\"", 'name: "min_runtime_version"'):
+        assert text in out
+    # 16 KB of weights are shown as location + size + a preview, never in full.
+    assert "<16384 bytes at bytes " in out or "<8192 bytes at bytes " in out
+    assert len(out) < 60_000
+
+
+def test_dump_shows_buffers_after_the_flatbuffer(shared_models, tmp_path, capsys):
+    packed = tmp_path / "ext.tflite"
+    assert run_cli(capsys, "pack", str(shared_models / "two_signatures_float32.tflite"), str(packed),
+                   "--extended-buffers")[0] == 0
+    code, out, _ = run_cli(capsys, "dump", str(packed))
+    assert code == 0 and "bytes after the FlatBuffer at bytes " in out
+
+
+def test_ops_json_shape(capsys):
+    code, out, _ = run_cli(capsys, "ops", "--json")
+    assert code == 0
+    table = json.loads(out)
+    assert set(table) == {"builtin", "custom"}
+    assert table["builtin"]["CONV_2D"]["cpu"] is True and "float32" in table["builtin"]["CONV_2D"]["dtypes"]
+    for entry in list(table["builtin"].values()) + list(table["custom"].values()):
+        assert set(entry) == {"cpu", "gpu", "dtypes"}
+    # Every schema op is listed, implemented or not.
+    names = set(builtin_names().values()) - {"CUSTOM", "PLACEHOLDER_FOR_GREATER_OP_CODES"}
+    assert names <= set(table["builtin"])
+    from litegpu.ops import builtin_ops
+
+    implemented = builtin_ops()
+    for name in names - set(implemented):
+        assert table["builtin"][name] == {"cpu": False, "gpu": False, "dtypes": []}, name
+    for name, op in implemented.items():
+        assert table["builtin"][name]["dtypes"] == list(op.dtypes)
+        if op.data_dependent_shape or not op.xla:
+            assert table["builtin"][name]["gpu"] is False, name
+
+
+def test_ops_table(capsys):
+    code, out, _ = run_cli(capsys, "ops")
+    assert code == 0 and "CONV_2D" in out and "unsupported" in out
+
+
+@pytest.mark.parametrize("layout", [[], ["--inline"], ["--extended-buffers"], ["--threshold", "100"]])
+def test_pack_round_trips(shared_models, tmp_path, capsys, layout):
+    src = shared_models / "two_signatures_float32.tflite"
+    dst = tmp_path / "out.tflite"
+    code, out, err = run_cli(capsys, "pack", str(src), str(dst), *layout)
+    assert code == 0, err
+    assert "wrote" in out and read_model(dst) == read_model(src)
+
+
+def test_pack_rejects_both_layouts(shared_models, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "pack", str(shared_models / "two_signatures_float32.tflite"),
+                           str(tmp_path / "o.tflite"), "--inline", "--extended-buffers")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["inspect", "dump", "pack", "run"])
+@pytest.mark.parametrize("problem", ["missing", "garbage", "truncated", "directory"])
+def test_bad_file_is_one_line_and_exit_2(shared_models, tmp_path, capsys, command, problem):
+    path = tmp_path / "bad.tflite"
+    if problem == "garbage":
+        path.write_bytes(b"not a model at all" * 20)
+    elif problem == "truncated":
+        path.write_bytes((shared_models / "two_signatures_float32.tflite").read_bytes()[:5000])
+    elif problem == "directory":
+        path.mkdir()
+    argv = [command, str(path)] + ([str(tmp_path / "out.tflite")] if command == "pack" else [])
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "bad.tflite" in lines[0] and "Traceback" not in err, err
+    assert lines[0].startswith(f"litegpu {command}: ")
+
+
+@pytest.mark.parametrize("argv", [["inspect"], ["dump"], ["pack", "only-one.tflite"], [], ["frobnicate"]])
+def test_missing_arguments_are_one_line_and_exit_2(capsys, argv):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_help_exits_0(capsys):
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0 and "inspect" in out and "run" in out
+
+
+def test_run_input_spec_errors(tmp_path, capsys):
+    from litegpu.cli.run_cmd import parse_inputs
+    from litegpu.errors import InvalidArgumentError
+
+    good = tmp_path / "x.npy"
+    np.save(good, np.zeros((1, 2), np.float32))
+    assert parse_inputs([f"x={good}"])["x"].shape == (1, 2)
+    for spec in ("no-equals", "=x.npy", f"x={tmp_path / 'missing.npy'}"):
+        with pytest.raises(InvalidArgumentError):
+            parse_inputs([spec])
+
+
+def test_bundled_model_is_in_the_package():
+    from litegpu.cli.run_cmd import bundled_model
+
+    assert bundled_model().is_file() and read_model(bundled_model()).main.operators
+
+
+def test_run_with_signature_and_input(shared_models, tmp_path, capsys):
+    x = tmp_path / "x.npy"
+    np.save(x, np.full((1, 64), 0.5, np.float32))
+    code, out, err = run_cli(capsys, "run", str(shared_models / "two_signatures_float32.tflite"),
+                             "--signature", "encode", "--input", f"x={x}", "--runs", "2")
+    assert code == 0, err
+    assert "signature 'encode'" in out and "code: shape [1, 32] float32" in out
+    assert "x: shape [1, 64] float32  [0.5, 0.5" in out
+    assert "latency: first run" in out and "median of 2 runs" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--signature", "nope"], "no signature 'nope'"),
+    (["--input", "missing_name=x.npy"], "--input missing_name"),
+    (["--accelerator", "tpu"], "--accelerator"),
+])
+def test_run_argument_errors_are_one_line(shared_models, capsys, argv, message):
+    code, _, err = run_cli(capsys, "run", str(shared_models / "two_signatures_float32.tflite"), *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
