@@ -79,6 +79,9 @@ class GraphRunner:
             value = self._constant(sg.index, t)
             values[index] = value
             return value
+        if t.num_elements == 0 and t.dtype not in ("resource", "variant", "string"):
+            # An empty constant has no bytes to store, so files give it no data.
+            return np.zeros(t.shape, tensor_dtype(t))
         if t.is_variable:
             key = ("tensor", sg.index, index)
             if key not in self.variables:

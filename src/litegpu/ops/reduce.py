@@ -1,0 +1,281 @@
+"""Reductions: MEAN, SUM, REDUCE_PROD/MAX/MIN/ANY/ALL, ARG_MAX/ARG_MIN, CUMSUM, TOPK_V2.
+
+Axes are static (a constant or folded shape arithmetic); negative and
+duplicate axes are allowed, and an empty axis list reduces nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelExecutionError
+from . import fixedpoint as fp
+from .registry import Op, OpContext, register
+from .shape import normalize_axis, output_dtype, static_ints
+
+
+def reduction_axes(ctx: OpContext, axes: Any, rank: int) -> tuple[int, ...]:
+    return tuple(sorted({normalize_axis(ctx, a, rank) for a in static_ints(ctx, axes, "axes")}))
+
+
+def keep_or_drop(ctx: OpContext, y: Any, x_shape: tuple, axes: tuple[int, ...]) -> Any:
+    """Reduce with keepdims, then drop the axes unless keep_dims is set."""
+    if ctx.options.get("keep_dims", False):
+        return y
+    return ctx.xp.reshape(y, tuple(d for i, d in enumerate(x_shape) if i not in axes))
+
+
+class _Reduce(Op):
+    dtypes = ("float32", "int32", "int64")
+
+    def reduce(self, ctx: OpContext, x: Any, axes: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def compute(self, ctx: OpContext, x: Any, axes: Any) -> Any:
+        ax = reduction_axes(ctx, axes, x.ndim)
+        y = self.reduce(ctx, x, ax) if ax else x
+        return keep_or_drop(ctx, y, tuple(x.shape), ax)
+
+
+QUANTIZED = ("int8", "uint8", "int16")
+
+
+def _affine(t) -> tuple[float, int] | None:
+    q = t.quantization
+    if q is None or not q.is_affine:
+        return None
+    return float(q.scale[0]), int(q.zero_point[0]) if q.zero_point else 0
+
+
+class _MeanOrSum(_Reduce):
+    """Float and integer sums; quantized inputs rescale like the official integer kernels."""
+
+    dtypes = ("float32", "int32", "int64") + QUANTIZED
+    compute_sum = True
+
+    def quantized_params(self, ctx: OpContext):
+        if ctx.input(0).dtype not in QUANTIZED:
+            return None
+        qin, qout = _affine(ctx.input(0)), _affine(ctx.output(0))
+        if qin is None or qout is None:
+            return None
+        if ctx.input(0).dtype == "int16" and (qin[1] or qout[1]):
+            raise ModelExecutionError(f"{ctx.op}: int16 tensors must have zero points of 0")
+        return qin, qout
+
+    def reduce(self, ctx, x, axes):
+        params = self.quantized_params(ctx)
+        if params is not None:
+            return _quantized_mean_or_sum(ctx, x, axes, *params, self.compute_sum)
+        return self.plain(ctx, x, axes)
+
+    def plain(self, ctx, x, axes):
+        return ctx.xp.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
+
+
+def _quantized_mean_or_sum(ctx: OpContext, x: Any, axes: tuple[int, ...], qin: tuple[float, int],
+                           qout: tuple[float, int], compute_sum: bool) -> Any:
+    """reference_ops::QuantizedMeanOrSum, or the optimized 4-D spatial mean the official runtime picks."""
+    xp = ctx.xp
+    count = int(np.prod([x.shape[a] for a in axes]))
+    info = np.iinfo(x.dtype)
+    total = xp.sum(x.astype(np.int64), axis=axes, keepdims=True)
+    if (not compute_sum and x.dtype in (np.int8, np.uint8) and x.ndim == 4 and set(axes) == {1, 2}
+            and ctx.options.get("keep_dims", False)):
+        # optimized Mean4D: float-derived bias, 1/count folded into the multiplier
+        temp = np.float32(np.float32(qin[1]) * np.float32(qin[0])) / np.float32(qout[0])
+        temp = temp + np.float32(0.5) if temp > 0 else temp - np.float32(0.5)
+        bias = qout[1] - int(temp)
+        multiplier, shift = fp.quantize_multiplier(float(np.float32(qin[0]) / (np.float32(count) * np.float32(qout[0]))))
+        total = fp.wrap_int32(xp, total)
+        # Channels in whole blocks of 16 take the vector loop (NEON rounding), the rest the scalar one.
+        vector = (x.shape[3] // 16) * 16
+        scalar = fp.multiply_by_quantized_multiplier(xp, total, multiplier, shift)
+        if vector:
+            in_vector_loop = np.arange(x.shape[3]) < vector
+            scalar = xp.where(in_vector_loop, _neon_multiply_by_quantized_multiplier(xp, total, multiplier, shift),
+                              scalar)
+        return xp.clip(scalar + bias, info.min, info.max).astype(x.dtype)
+    if compute_sum:
+        # optimized QuantizedMeanOrSum (what SUM runs): float32 rescaling, rounded half away from zero
+        scale = np.float32(qin[0]) / np.float32(qout[0])
+        bias = np.float32(np.float32(-qin[1]) * scale) * np.float32(count)
+        # Each float32 step rounded on its own, in float64: XLA would otherwise fuse the multiply-add
+        # (and it drops a float64 -> float32 -> float64 round trip, hence reduce_precision).
+        product = fp.wrap_int32(xp, total).astype(np.float32).astype(np.float64) * np.float64(scale)
+        product = ctx.lax.reduce_precision(product, 8, 23) if ctx.lax is not None else \
+            product.astype(np.float32).astype(np.float64)
+        real = (product + np.float64(bias)).astype(np.float32)
+        y = fp.float_to_int32_like_x86(xp, fp.round_half_away_from_zero(xp, real)) + qout[1]
+        return xp.clip(y, info.min, info.max).astype(x.dtype)
+    multiplier, shift = fp.quantize_multiplier(float(np.float32(qin[0])) / float(np.float32(qout[0])))
+    if count > 0:
+        bits = min(count.bit_length() - 1, 32, 31 + shift)
+        multiplier = (multiplier << bits) // count
+        shift -= bits
+    shifted = fp.wrap_int32(xp, total - qin[1] * count)
+    y = fp.multiply_by_quantized_multiplier(xp, shifted, multiplier, shift) + qout[1]
+    return xp.clip(y, info.min, info.max).astype(x.dtype)
+
+
+def _neon_multiply_by_quantized_multiplier(xp: Any, x: Any, multiplier: int, shift: int) -> Any:
+    """MultiplyByQuantizedMultiplier4Rows: vqrdmulh then vrshl, both rounding halves up (not away from zero)."""
+    left, right = max(shift, 0), max(-shift, 0)
+    x = fp.wrap_int32(xp, x << left)
+    high = (2 * x * multiplier + (1 << 31)) >> 32
+    return (high + (1 << (right - 1))) >> right if right else high
+
+
+@register("SUM")
+class Sum(_MeanOrSum):
+    compute_sum = True
+
+
+@register("MEAN")
+class Mean(_MeanOrSum):
+    compute_sum = False
+
+    def plain(self, ctx, x, axes):
+        xp = ctx.xp
+        count = int(np.prod([x.shape[a] for a in axes]))
+        if np.dtype(x.dtype).kind in "iu":
+            # Integer means truncate toward zero, like the official kernel's C division.
+            if count == 0:
+                raise ModelExecutionError(f"{ctx.op}: mean over zero elements")
+            total = xp.sum(x, axis=axes, keepdims=True, dtype=np.int64)
+            q = xp.abs(total) // count
+            return (xp.sign(total) * q).astype(x.dtype)
+        return (xp.sum(x, axis=axes, keepdims=True, dtype=np.float32) / np.float32(count)).astype(x.dtype)
+
+
+@register("REDUCE_PROD")
+class ReduceProd(_Reduce):
+    def reduce(self, ctx, x, axes):
+        return ctx.xp.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
+
+
+class _Extremum(_Reduce):
+    dtypes = ("float32", "int8", "uint8", "int16", "int32", "int64")
+    take_max = True
+
+    def reduce(self, ctx, x, axes):
+        xp = ctx.xp
+        dtype = np.dtype(x.dtype)
+        if dtype.name in QUANTIZED and _affine(ctx.input(0)) != _affine(ctx.output(0)):
+            raise ModelExecutionError(f"{ctx.op}: quantized input and output need the same scale and zero point")
+        if any(x.shape[a] == 0 for a in axes):
+            # The official kernels start from the type's lowest (or highest) value.
+            info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+            if dtype.kind == "f":
+                fill = -np.inf if self.take_max else np.inf
+            else:
+                fill = info.min if self.take_max else info.max
+            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+            return xp.full(shape, fill, dtype)
+        return (xp.max if self.take_max else xp.min)(x, axis=axes, keepdims=True)
+
+
+@register("REDUCE_MAX")
+class ReduceMax(_Extremum):
+    take_max = True
+
+
+@register("REDUCE_MIN")
+class ReduceMin(_Extremum):
+    take_max = False
+
+
+@register("REDUCE_ANY")
+class ReduceAny(_Reduce):
+    dtypes = ("bool",)
+
+    def reduce(self, ctx, x, axes):
+        return ctx.xp.any(x, axis=axes, keepdims=True)
+
+
+@register("REDUCE_ALL")
+class ReduceAll(_Reduce):
+    dtypes = ("bool",)
+
+    def reduce(self, ctx, x, axes):
+        return ctx.xp.all(x, axis=axes, keepdims=True)
+
+
+class _ArgExtremum(Op):
+    dtypes = ("float32", "int8", "uint8", "int32", "bool")
+    take_max = True
+
+    def compute(self, ctx: OpContext, x: Any, axis: Any) -> Any:
+        values = static_ints(ctx, axis, "the axis")
+        if len(values) != 1:
+            raise ModelExecutionError(f"{ctx.op}: axis must hold one value, got {values}")
+        a = normalize_axis(ctx, values[0], x.ndim)
+        if x.shape[a] == 0:
+            raise ModelExecutionError(f"{ctx.op}: cannot take the arg extremum of an empty axis")
+        xp = ctx.xp
+        # Ties go to the first index, as in the official kernel's strict comparison.
+        index = xp.argmax(x, axis=a) if self.take_max else xp.argmin(x, axis=a)
+        return index.astype(output_dtype(ctx))
+
+
+@register("ARG_MAX")
+class ArgMax(_ArgExtremum):
+    take_max = True
+
+
+@register("ARG_MIN")
+class ArgMin(_ArgExtremum):
+    take_max = False
+
+
+@register("CUMSUM")
+class Cumsum(Op):
+    dtypes = ("float32", "int32", "int64")
+
+    def compute(self, ctx: OpContext, x: Any, axis: Any) -> Any:
+        values = static_ints(ctx, axis, "the axis")
+        if len(values) != 1:
+            raise ModelExecutionError(f"{ctx.op}: axis must hold one value, got {values}")
+        a = normalize_axis(ctx, values[0], x.ndim)
+        xp = ctx.xp
+        reverse = bool(ctx.options.get("reverse", False))
+        y = xp.flip(x, a) if reverse else x
+        y = xp.cumsum(y, axis=a, dtype=x.dtype)
+        if ctx.options.get("exclusive", False):
+            # Shift by one along the axis, starting from zero.
+            pad = [(0, 0)] * x.ndim
+            pad[a] = (1, 0)
+            y = xp.pad(y, pad)[(slice(None),) * a + (slice(0, x.shape[a]),)]
+        return xp.flip(y, a) if reverse else y
+
+
+@register("TOPK_V2")
+class TopKV2(Op):
+    dtypes = ("float32", "int8", "uint8", "int16", "int32", "int64")
+
+    def _k(self, ctx: OpContext, x: Any, k: Any) -> int:
+        values = static_ints(ctx, k, "k")
+        if len(values) != 1 or x.ndim < 1 or not 0 <= values[0] <= x.shape[-1]:
+            raise ModelExecutionError(f"{ctx.op}: k={values} must be one value in [0, {x.shape[-1] if x.ndim else 0}]")
+        return values[0]
+
+    def reference(self, ctx: OpContext, x: np.ndarray, k: np.ndarray) -> list[np.ndarray]:
+        kk = self._k(ctx, x, k)
+        # Larger values first; among equal values the lower index first.
+        positions = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
+        order = np.lexsort((positions, _descending_key(x)), axis=-1)[..., :kk]
+        return [np.take_along_axis(x, order, axis=-1), order.astype(output_dtype(ctx, 1))]
+
+    def lower(self, ctx: OpContext, x: Any, k: Any) -> list[Any]:
+        kk = self._k(ctx, x, k)
+        values, indices = ctx.lax.top_k(x, kk)
+        return [values, indices.astype(output_dtype(ctx, 1))]
+
+
+def _descending_key(x: np.ndarray) -> np.ndarray:
+    """A key whose ascending order is x's descending order, without integer overflow."""
+    if x.dtype.kind == "f":
+        return -x.astype(np.float64)
+    return -x.astype(np.int64) if x.dtype != np.uint64 else ~x

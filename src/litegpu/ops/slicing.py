@@ -1,0 +1,346 @@
+"""Ops that select, scatter or reorder elements: slices, gathers, scatters.
+
+Index math follows the official kernels (strided_slice.cc and its reference
+header, gather.cc, gather_nd.cc, scatter_nd.cc, dynamic_update_slice.cc).
+Indices that the official runtime rejects when out of range (GATHER,
+GATHER_ND, SCATTER_ND, EMBEDDING_LOOKUP) raise in the reference backend; under
+XLA a data-dependent error cannot be raised, so out-of-range reads there are
+clamped (jax's gather semantics) and out-of-range scatters are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelExecutionError, UnsupportedOpError
+from .registry import Op, OpContext, register
+from .shape import ANY_DTYPE, normalize_axis, static_ints
+
+INDEX_DTYPES = ("int32", "int64")
+
+
+def _is_static(value: Any) -> bool:
+    return isinstance(value, np.ndarray)
+
+
+@register("SLICE")
+class Slice(Op):
+    dtypes = ANY_DTYPE
+
+    def compute(self, ctx: OpContext, x: Any, begin: Any, size: Any) -> Any:
+        begins = static_ints(ctx, begin, "begin")
+        sizes = static_ints(ctx, size, "size")
+        if len(begins) != x.ndim or len(sizes) != x.ndim:
+            raise ModelExecutionError(f"{ctx.op}: begin {begins} and size {sizes} need {x.ndim} values each")
+        index = []
+        for axis, (b, s, dim) in enumerate(zip(begins, sizes, x.shape)):
+            end = dim if s == -1 else b + s
+            if not (0 <= b <= dim and b <= end <= dim):
+                raise ModelExecutionError(f"{ctx.op}: slice [{b}, {b}+{s}) is outside axis {axis} of size {dim}")
+            index.append(slice(b, end))
+        return x[tuple(index)]
+
+
+# ---- STRIDED_SLICE -------------------------------------------------------------------------------
+
+@dataclass
+class _AxisSlice:
+    start: int
+    stop: int   # may be -1 for a backward slice that runs to the first element
+    stride: int
+    shrink: bool
+
+    @property
+    def length(self) -> int:
+        return len(range(self.start, self.stop, self.stride))
+
+    def as_slice(self) -> slice:
+        if self.length == 0:
+            return slice(0, 0)
+        return slice(self.start, None if self.stop < 0 else self.stop, self.stride)
+
+
+def _bit(mask: int, i: int) -> bool:
+    return bool(mask & (1 << i))
+
+
+def _effective_params(ctx: OpContext, rank: int, begin: list[int], end: list[int], strides: list[int]):
+    """The official BuildStridedSliceParams: expand the ellipsis and new axes.
+
+    Returns the effective input shape's source (input axis or None for a new
+    axis) and per effective axis (begin, end, stride, begin_mask, end_mask, shrink).
+    """
+    o = ctx.options
+    ellipsis_mask, new_axis_mask = int(o.get("ellipsis_mask", 0)), int(o.get("new_axis_mask", 0))
+    begin_mask, end_mask = int(o.get("begin_mask", 0)), int(o.get("end_mask", 0))
+    shrink_mask = int(o.get("shrink_axis_mask", 0))
+    count = len(begin)
+    num_add_axis = sum(1 for i in range(count) if not _bit(ellipsis_mask, i) and _bit(new_axis_mask, i))
+    dims = rank + num_add_axis
+
+    eff_ellipsis, eff_new = set(), set()
+    ellipsis_start, expanded = dims, 0
+    i = 0
+    while i < dims:
+        if _bit(ellipsis_mask, i):
+            ellipsis_start = i
+            ellipsis_end = max(i + 1, min(i + 1 + num_add_axis + rank - count, dims))
+            expanded = ellipsis_end - ellipsis_start - 1
+            eff_ellipsis.update(range(i, ellipsis_end))
+            i = ellipsis_end
+            continue
+        if _bit(new_axis_mask, i - expanded):
+            eff_new.add(i)
+        i += 1
+
+    axes = []  # (input axis or None, begin, end, stride, begin_masked, end_masked, shrink)
+    added_ellipsis = added_axes = 0
+    for i in range(dims):
+        if i in eff_ellipsis:
+            added_ellipsis = max(0, i - ellipsis_start)
+            axes.append((i - added_axes, 0, 0, 1, True, True, False))
+        elif i in eff_new:
+            axes.append((None, 0, 1, 1, False, False, False))
+            added_axes += 1
+        elif i >= count + expanded:
+            axes.append((i - added_axes, 0, 0, 1, True, True, False))
+        else:
+            j = i - added_ellipsis
+            axes.append((i - added_axes, begin[j], end[j], strides[j], _bit(begin_mask, j), _bit(end_mask, j),
+                         _bit(shrink_mask, j)))
+    return axes
+
+
+def _clamp(v: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, v))
+
+
+def _resolve_axis(size: int, b: int, e: int, stride: int, begin_masked: bool, end_masked: bool,
+                  shrink: bool, offset: bool) -> _AxisSlice:
+    """StartForAxis / EndForAxis of the official reference kernel."""
+    start = b + size if b < 0 else b
+    start = _clamp(start, 0, size) if stride > 0 else _clamp(start, -1, size - 1)
+    if begin_masked:
+        start = 0 if stride > 0 else size - 1
+    if shrink:
+        return _AxisSlice(start, start if start >= size else start + 1, 1, True)
+    stop = e + start if offset else e
+    if stop < 0:
+        stop += size
+    stop = _clamp(stop, 0, size) if stride > 0 else _clamp(stop, -1, size - 1)
+    if end_masked:
+        stop = size if stride > 0 else -1
+    return _AxisSlice(start, stop, stride, False)
+
+
+@register("STRIDED_SLICE")
+class StridedSlice(Op):
+    dtypes = ANY_DTYPE
+
+    def _plan(self, ctx: OpContext, shape: tuple, begin: Any, end: Any, strides: Any):
+        begins = static_ints(ctx, begin, "begin")
+        ends = static_ints(ctx, end, "end")
+        steps = static_ints(ctx, strides, "strides")
+        if not (len(begins) == len(ends) == len(steps)) or len(begins) > 31:
+            raise ModelExecutionError(f"{ctx.op}: begin, end and strides need the same length (at most 31), "
+                                      f"got {len(begins)}, {len(ends)}, {len(steps)}")
+        if 0 in steps:
+            raise ModelExecutionError(f"{ctx.op}: strides {steps} must be non-zero")
+        offset = bool(ctx.options.get("offset", False))
+        effective_shape, plan = [], []
+        for src, b, e, s, bm, em, shrink in _effective_params(ctx, len(shape), begins, ends, steps):
+            size = 1 if src is None else int(shape[src])
+            effective_shape.append(size)
+            axis = _resolve_axis(size, b, e, s, bm, em, shrink, offset)
+            if shrink and axis.length == 0:
+                raise ModelExecutionError(f"{ctx.op}: shrink index {b} is out of range for an axis of size {size}")
+            plan.append(axis)
+        return effective_shape, plan
+
+    def compute(self, ctx: OpContext, x: Any, begin: Any, end: Any, strides: Any) -> Any:
+        if ctx.target.is_xla and not _is_static(begin) and ctx.options.get("offset", False):
+            return self._dynamic_offset_slice(ctx, x, begin, end, strides)
+        effective_shape, plan = self._plan(ctx, tuple(x.shape), begin, end, strides)
+        y = ctx.xp.reshape(x, tuple(effective_shape))[tuple(a.as_slice() for a in plan)]
+        return ctx.xp.reshape(y, tuple(a.length for a in plan if not a.shrink))
+
+    def _dynamic_offset_slice(self, ctx: OpContext, x: Any, begin: Any, end: Any, strides: Any) -> Any:
+        """With ``offset`` the sizes are static while the begin may be computed: a dynamic slice.
+
+        Only the plain form is lowered (no masks but shrink, positive strides,
+        one begin per axis); begins are wrapped like negative indices, and the
+        slice is kept inside the tensor as ``lax.dynamic_slice`` does.
+        """
+        o = ctx.options
+        sizes, steps = static_ints(ctx, end, "end"), static_ints(ctx, strides, "strides")
+        shrink = int(o.get("shrink_axis_mask", 0))
+        if (o.get("begin_mask", 0) or o.get("end_mask", 0) or o.get("ellipsis_mask", 0)
+                or o.get("new_axis_mask", 0) or len(sizes) != x.ndim or any(s <= 0 for s in steps)):
+            raise UnsupportedOpError(f"{ctx.op}: a computed begin is supported only with offset, positive "
+                                     "strides, one begin per axis and no masks other than shrink_axis_mask")
+        jnp, lax = ctx.xp, ctx.lax
+        sizes = [1 if _bit(shrink, i) else min(max(s, 0), d) for i, (s, d) in enumerate(zip(sizes, x.shape))]
+        starts = [jnp.where(begin[i] < 0, begin[i] + x.shape[i], begin[i]) for i in range(x.ndim)]
+        starts = [jnp.clip(s, 0, d - n) for s, d, n in zip(starts, x.shape, sizes)]
+        y = lax.dynamic_slice(x, starts, sizes)
+        y = y[tuple(slice(None, None, s) for s in steps)]
+        return jnp.reshape(y, tuple(d for i, d in enumerate(y.shape) if not _bit(shrink, i)))
+
+
+# ---- gathers and scatters ------------------------------------------------------------------------
+
+def _check_indices(ctx: OpContext, indices: Any, limits: Any, what: str) -> None:
+    """Reference-only range check (a traced value cannot raise)."""
+    if not _is_static(indices) or indices.size == 0:
+        return
+    bad = (indices < 0) | (indices >= np.asarray(limits))
+    if bad.any():
+        raise ModelExecutionError(f"{ctx.op}: {what} {indices[bad].reshape(-1)[0]} is out of range "
+                                  f"(valid: 0 <= index < {np.asarray(limits).tolist()})")
+
+
+@register("GATHER")
+class Gather(Op):
+    dtypes = ANY_DTYPE
+
+    def compute(self, ctx: OpContext, x: Any, indices: Any) -> Any:
+        if x.ndim == 0:
+            raise ModelExecutionError(f"{ctx.op}: cannot gather from a scalar")
+        axis = normalize_axis(ctx, int(ctx.options.get("axis", 0)), x.ndim)
+        batch_dims = int(ctx.options.get("batch_dims", 0))
+        if batch_dims < 0:
+            batch_dims += indices.ndim
+        if not (0 <= batch_dims <= axis and batch_dims <= indices.ndim) \
+                or tuple(x.shape[:batch_dims]) != tuple(indices.shape[:batch_dims]):
+            raise ModelExecutionError(f"{ctx.op}: batch_dims {batch_dims} does not fit params {tuple(x.shape)}, "
+                                      f"indices {tuple(indices.shape)} and axis {axis}")
+        _check_indices(ctx, indices, x.shape[axis], "index")
+        xp = ctx.xp
+        batch = math.prod(x.shape[:batch_dims])
+        outer = math.prod(x.shape[batch_dims:axis])
+        inner = math.prod(x.shape[axis + 1:])
+        xr = xp.reshape(x, (batch, outer, x.shape[axis], inner))
+        ir = xp.reshape(indices, (batch, math.prod(indices.shape[batch_dims:])))
+        b = np.arange(batch).reshape(batch, 1, 1)
+        m = np.arange(outer).reshape(1, outer, 1)
+        y = xr[b, m, ir[:, None, :]]  # (batch, outer, k, inner)
+        return xp.reshape(y, tuple(x.shape[:axis]) + tuple(indices.shape[batch_dims:]) + tuple(x.shape[axis + 1:]))
+
+
+@register("GATHER_ND")
+class GatherNd(Op):
+    dtypes = ANY_DTYPE
+
+    def compute(self, ctx: OpContext, x: Any, indices: Any) -> Any:
+        if indices.ndim == 0 or indices.shape[-1] > x.ndim:
+            raise ModelExecutionError(f"{ctx.op}: indices {tuple(indices.shape)} must end in at most "
+                                      f"{x.ndim} (the params' rank)")
+        k = indices.shape[-1]
+        _check_indices(ctx, indices, np.asarray(x.shape[:k]), "index")
+        return x[tuple(indices[..., i] for i in range(k))]
+
+
+@register("SCATTER_ND")
+class ScatterNd(Op):
+    dtypes = ANY_DTYPE
+
+    def input_dtype(self, op, subgraph):
+        return subgraph.tensors[op.inputs[1]].dtype
+
+    def compute(self, ctx: OpContext, indices: Any, updates: Any, shape: Any) -> Any:
+        out_shape = tuple(static_ints(ctx, shape, "shape"))
+        k = indices.shape[-1] if indices.ndim else 0
+        if (indices.ndim == 0 or k > len(out_shape)
+                or tuple(updates.shape) != tuple(indices.shape[:-1]) + out_shape[k:]):
+            raise ModelExecutionError(f"{ctx.op}: indices {tuple(indices.shape)} and updates "
+                                      f"{tuple(updates.shape)} do not fit shape {out_shape}")
+        _check_indices(ctx, indices, np.asarray(out_shape[:k]), "index")
+        where = tuple(indices[..., i] for i in range(k))
+        if ctx.target.is_xla:
+            zeros = ctx.xp.zeros(out_shape, updates.dtype)
+            if updates.dtype == bool:  # duplicates are or-ed: the official kernel adds into a bool
+                return zeros.at[where].max(updates, mode="drop")
+            return zeros.at[where].add(updates, mode="drop")
+        out = np.zeros(out_shape, updates.dtype)
+        if updates.dtype == bool:
+            np.logical_or.at(out, where, updates)
+        else:
+            np.add.at(out, where, updates)
+        return out
+
+
+def _clamped_starts(ctx: OpContext, operand_shape: tuple, update_shape: tuple, starts: Any) -> list:
+    xp = ctx.xp
+    return [xp.clip(starts[i], 0, operand_shape[i] - update_shape[i]) for i in range(len(operand_shape))]
+
+
+@register("DYNAMIC_UPDATE_SLICE")
+class DynamicUpdateSlice(Op):
+    dtypes = ANY_DTYPE
+
+    def _check(self, ctx: OpContext, x: Any, update: Any, starts: Any) -> None:
+        if update.ndim != x.ndim or any(u > d for u, d in zip(update.shape, x.shape)) \
+                or tuple(starts.shape) != (x.ndim,):
+            raise ModelExecutionError(f"{ctx.op}: update {tuple(update.shape)} and start indices "
+                                      f"{tuple(starts.shape)} do not fit operand {tuple(x.shape)}")
+
+    def reference(self, ctx: OpContext, x: np.ndarray, update: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        self._check(ctx, x, update, starts)
+        begin = _clamped_starts(ctx, x.shape, update.shape, starts.astype(np.int64))
+        out = np.array(x, copy=True)
+        out[tuple(slice(int(b), int(b) + u) for b, u in zip(begin, update.shape))] = update
+        return out
+
+    def lower(self, ctx: OpContext, x: Any, update: Any, starts: Any) -> Any:
+        self._check(ctx, x, update, starts)
+        # Clamp here: lax would first wrap negative starts like Python indices.
+        begin = _clamped_starts(ctx, x.shape, update.shape, starts)
+        return ctx.lax.dynamic_update_slice(x, update.astype(x.dtype), begin)
+
+
+@register("REVERSE_V2")
+class ReverseV2(Op):
+    dtypes = ANY_DTYPE
+
+    def compute(self, ctx: OpContext, x: Any, axis: Any) -> Any:
+        axes = {normalize_axis(ctx, a, x.ndim) for a in static_ints(ctx, axis, "axis")}
+        return ctx.xp.flip(x, tuple(sorted(axes))) if axes else x
+
+
+@register("EMBEDDING_LOOKUP")
+class EmbeddingLookup(Op):
+    dtypes = ("float32",)
+
+    def input_dtype(self, op, subgraph):
+        return subgraph.tensors[op.inputs[1]].dtype
+
+    def compute(self, ctx: OpContext, ids: Any, table: Any) -> Any:
+        if ids.ndim != 1 or table.ndim < 2:
+            raise ModelExecutionError(f"{ctx.op}: expected 1-D ids and a table of rank >= 2, got "
+                                      f"{tuple(ids.shape)} and {tuple(table.shape)}")
+        _check_indices(ctx, ids, table.shape[0], "id")
+        return table[ids]
+
+
+@register("ONE_HOT")
+class OneHot(Op):
+    dtypes = INDEX_DTYPES
+
+    def compute(self, ctx: OpContext, indices: Any, depth: Any, on_value: Any, off_value: Any) -> Any:
+        d = static_ints(ctx, depth, "depth")
+        if len(d) != 1 or d[0] < 0:
+            raise ModelExecutionError(f"{ctx.op}: depth must be one non-negative value, got {d}")
+        axis = int(ctx.options.get("axis", -1))
+        rank = indices.ndim + 1
+        if axis == -1:
+            axis = rank - 1
+        if not 0 <= axis < rank:
+            raise ModelExecutionError(f"{ctx.op}: axis {axis} is out of range for output rank {rank}")
+        xp = ctx.xp
+        classes = xp.reshape(xp.arange(d[0], dtype=indices.dtype), (d[0],) + (1,) * (indices.ndim - axis))
+        hot = xp.expand_dims(indices, axis) == classes
+        return xp.where(hot, on_value, off_value)
