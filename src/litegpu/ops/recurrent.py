@@ -1,4 +1,4 @@
-"""Float recurrent layers: UNIDIRECTIONAL_SEQUENCE_RNN and UNIDIRECTIONAL_SEQUENCE_LSTM.
+"""Float recurrent layers: RNN, LSTM, SVDF and their (bi/uni)directional sequence forms.
 
 One step function serves both backends; the reference runs it in a python loop
 over time, the XLA lowering in ``lax.scan``.  The state inputs are variable
@@ -60,18 +60,28 @@ def _require_float(ctx: OpContext, *arrays: Any) -> None:
                                       "(hybrid and integer recurrent layers are not implemented)")
 
 
+def _rnn_step(ctx: OpContext, w: Any, r: Any, bias: Any) -> Callable:
+    _require_float(ctx, w, r)
+    if bias is None:
+        raise ModelExecutionError(f"{ctx.op}: the RNN bias input is required")
+    activation = ctx.options.fused_activation_function
+
+    def step(h: Any, x_t: Any) -> tuple[Any, Any]:
+        h = fused_activation(ctx.xp, _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r) + bias, activation)
+        return h, h
+    return step
+
+
+def _reversed_scan(ctx: OpContext, step: Callable, state: Any, xs: Any) -> tuple[Any, Any]:
+    """The backward direction: runs from the last step, outputs stay at their time positions."""
+    state, ys = _scan(ctx, step, state, xs[::-1])
+    return state, ys[::-1]
+
+
 @register("UNIDIRECTIONAL_SEQUENCE_RNN")
 class UnidirectionalSequenceRnn(Op):
     def compute(self, ctx: OpContext, x: Any, w: Any, r: Any, bias: Any, h0: Any) -> Any:
-        xp = ctx.xp
-        _require_float(ctx, w, r)
-        activation = ctx.options.fused_activation_function
-
-        def step(h: Any, x_t: Any) -> tuple[Any, Any]:
-            h = fused_activation(xp, _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r) + bias, activation)
-            return h, h
-
-        h, ys = _scan(ctx, step, h0, _time_major(ctx, x))
+        h, ys = _scan(ctx, _rnn_step(ctx, w, r, bias), h0, _time_major(ctx, x))
         _store_state(ctx, 4, h)
         return _from_time_major(ctx, ys)
 
@@ -80,50 +90,171 @@ def _sigmoid(xp: Any, x: Any) -> Any:
     return 1 / (1 + xp.exp(-x))
 
 
+@register("RNN")
+class Rnn(Op):
+    """One step of UNIDIRECTIONAL_SEQUENCE_RNN on a [batch, features] input."""
+
+    def compute(self, ctx: OpContext, x: Any, w: Any, r: Any, bias: Any, h0: Any) -> Any:
+        if len(x.shape) != 2:
+            raise ModelExecutionError(f"{ctx.op}: input must be 2-D (batch, features), got shape {x.shape}")
+        h, _ = _rnn_step(ctx, w, r, bias)(h0, x)
+        _store_state(ctx, 4, h)
+        return h
+
+
+@register("BIDIRECTIONAL_SEQUENCE_RNN")
+class BidirectionalSequenceRnn(Op):
+    """Inputs: x, fw (W, R, bias, h), bw (W, R, bias, h), aux input and its fw/bw weights (unsupported)."""
+
+    def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
+        args = list(args) + [None] * (11 - len(args))
+        _reject_aux_input(ctx, args[8:11])
+        fw_w, fw_r, fw_b, fw_h0, bw_w, bw_r, bw_b, bw_h0 = args[:8]
+        xs = _time_major(ctx, x)
+        fw_h, fw_ys = _scan(ctx, _rnn_step(ctx, fw_w, fw_r, fw_b), fw_h0, xs)
+        bw_h, bw_ys = _reversed_scan(ctx, _rnn_step(ctx, bw_w, bw_r, bw_b), bw_h0, xs)
+        _store_state(ctx, 4, fw_h)
+        _store_state(ctx, 8, bw_h)
+        return _bidirectional_outputs(ctx, fw_ys, bw_ys)
+
+
+def _reject_aux_input(ctx: OpContext, aux: list) -> None:
+    if any(a is not None for a in aux):
+        raise ModelExecutionError(f"{ctx.op}: the auxiliary input is not implemented")
+
+
+def _bidirectional_outputs(ctx: OpContext, fw_ys: Any, bw_ys: Any) -> Any:
+    fw, bw = _from_time_major(ctx, fw_ys), _from_time_major(ctx, bw_ys)
+    if ctx.options.merge_outputs:
+        return ctx.xp.concatenate([fw, bw], axis=-1)
+    return fw, bw
+
+
+def _sigmoid(xp: Any, x: Any) -> Any:
+    return 1 / (1 + xp.exp(-x))
+
+
+def _lstm_step(ctx: OpContext, params: list) -> Callable:
+    """The float LSTM cell; ``params`` are the schema's 16 weights: W_{i,f,c,o}, R_{i,f,c,o},
+    peepholes {i,f,o}, biases {i,f,c,o}, projection weights and bias (CIFG when W_i is absent)."""
+    xp = ctx.xp
+    w_i, w_f, w_c, w_o, r_i, r_f, r_c, r_o = params[0:8]
+    p_i, p_f, p_o, b_i, b_f, b_c, b_o, proj_w, proj_b = params[8:17]
+    _require_float(ctx, w_f, w_c, w_o, r_f, r_c, r_o)
+    cifg = w_i is None
+    o = ctx.options
+    activation = o.fused_activation_function
+    cell_clip, proj_clip = float(o.cell_clip), float(o.proj_clip)
+
+    def gate(x_t: Any, h: Any, w: Any, r: Any, b: Any, peephole: Any, c: Any) -> Any:
+        z = _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r)
+        if peephole is not None:
+            z = z + c * peephole
+        return z + b if b is not None else z
+
+    def step(state: tuple, x_t: Any) -> tuple[tuple, Any]:
+        h, c = state
+        f = _sigmoid(xp, gate(x_t, h, w_f, r_f, b_f, p_f, c))
+        i = 1 - f if cifg else _sigmoid(xp, gate(x_t, h, w_i, r_i, b_i, p_i, c))
+        g = fused_activation(xp, gate(x_t, h, w_c, r_c, b_c, None, c), activation)
+        c = f * c + i * g
+        if cell_clip > 0:
+            c = xp.clip(c, -cell_clip, cell_clip)
+        out_gate = _sigmoid(xp, gate(x_t, h, w_o, r_o, b_o, p_o, c))
+        h = out_gate * fused_activation(xp, c, activation)
+        if proj_w is not None:
+            h = _matmul_t(ctx, h, proj_w)
+            if proj_b is not None:
+                h = h + proj_b
+            if proj_clip > 0:
+                h = xp.clip(h, -proj_clip, proj_clip)
+        return (h, c), h
+    return step
+
+
+def _lstm_params(ctx: OpContext, args: tuple, count: int) -> list:
+    """The 23 inputs after x of the (UNIDIRECTIONAL_SEQUENCE_)LSTM schema; layer norm is refused."""
+    args = list(args) + [None] * (count - len(args))
+    if any(a is not None for a in args[19:23]):
+        raise ModelExecutionError(f"{ctx.op}: layer-normalised LSTM is not implemented")
+    if args[17] is None or args[18] is None:
+        raise ModelExecutionError(f"{ctx.op}: the output state (input 18) and cell state (input 19) are required")
+    return args
+
+
 @register("UNIDIRECTIONAL_SEQUENCE_LSTM")
 class UnidirectionalSequenceLstm(Op):
     """Inputs as the schema: x, W_{i,f,c,o}, R_{i,f,c,o}, peepholes, biases, projection, h, c, layer norms."""
 
     def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
-        xp = ctx.xp
-        args = list(args) + [None] * (23 - len(args))
-        w_i, w_f, w_c, w_o, r_i, r_f, r_c, r_o = args[0:8]
-        p_i, p_f, p_o, b_i, b_f, b_c, b_o, proj_w, proj_b, h0, c0 = args[8:19]
-        if any(a is not None for a in args[19:23]):
-            raise ModelExecutionError(f"{ctx.op}: layer-normalised LSTM is not implemented")
-        if h0 is None or c0 is None:
-            raise ModelExecutionError(f"{ctx.op}: the output state (input 18) and cell state (input 19) are required")
-        _require_float(ctx, w_f, w_c, w_o, r_f, r_c, r_o)
-        cifg = w_i is None
-        o = ctx.options
-        activation = o.fused_activation_function
-        cell_clip, proj_clip = float(o.cell_clip), float(o.proj_clip)
-
-        def gate(x_t: Any, h: Any, w: Any, r: Any, b: Any, peephole: Any, c: Any) -> Any:
-            z = _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r)
-            if peephole is not None:
-                z = z + c * peephole
-            return z + b if b is not None else z
-
-        def step(state: tuple, x_t: Any) -> tuple[tuple, Any]:
-            h, c = state
-            f = _sigmoid(xp, gate(x_t, h, w_f, r_f, b_f, p_f, c))
-            i = 1 - f if cifg else _sigmoid(xp, gate(x_t, h, w_i, r_i, b_i, p_i, c))
-            g = fused_activation(xp, gate(x_t, h, w_c, r_c, b_c, None, c), activation)
-            c = f * c + i * g
-            if cell_clip > 0:
-                c = xp.clip(c, -cell_clip, cell_clip)
-            out_gate = _sigmoid(xp, gate(x_t, h, w_o, r_o, b_o, p_o, c))
-            h = out_gate * fused_activation(xp, c, activation)
-            if proj_w is not None:
-                h = _matmul_t(ctx, h, proj_w)
-                if proj_b is not None:
-                    h = h + proj_b
-                if proj_clip > 0:
-                    h = xp.clip(h, -proj_clip, proj_clip)
-            return (h, c), h
-
-        (h, c), ys = _scan(ctx, step, (h0, c0), _time_major(ctx, x))
+        args = _lstm_params(ctx, args, 23)
+        (h, c), ys = _scan(ctx, _lstm_step(ctx, args[:17]), (args[17], args[18]), _time_major(ctx, x))
         _store_state(ctx, 18, h)
         _store_state(ctx, 19, c)
         return _from_time_major(ctx, ys)
+
+
+@register("LSTM")
+class Lstm(Op):
+    """One step of the LSTM cell on [batch, features] (kernel_type FULL; the BASIC 4-output form is refused)."""
+
+    def unsupported_reason(self, op: Any, subgraph: Any, target: Any) -> str | None:
+        if op.options.get("kernel_type", "FULL") != "FULL":
+            return f"kernel_type {op.options.get('kernel_type')} is not supported (only FULL)"
+        return super().unsupported_reason(op, subgraph, target)
+
+    def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
+        if len(x.shape) != 2:
+            raise ModelExecutionError(f"{ctx.op}: input must be 2-D (batch, features), got shape {x.shape}")
+        if ctx.options.kernel_type != "FULL":
+            raise ModelExecutionError(f"{ctx.op}: kernel_type {ctx.options.kernel_type} is not supported")
+        args = _lstm_params(ctx, args, 23)
+        (h, c), _ = _lstm_step(ctx, args[:17])((args[17], args[18]), x)
+        _store_state(ctx, 18, h)
+        _store_state(ctx, 19, c)
+        return h
+
+
+@register("BIDIRECTIONAL_SEQUENCE_LSTM")
+class BidirectionalSequenceLstm(Op):
+    """48 inputs: x, fw weights (1-17), bw weights (18-34), fw h/c (35, 36), bw h/c (37, 38),
+    aux input (39) and its fw/bw weights (40-47; unsupported)."""
+
+    def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
+        args = list(args) + [None] * (47 - len(args))
+        _reject_aux_input(ctx, args[38:47])
+        fw_params, bw_params = args[0:17], args[17:34]
+        fw_h0, fw_c0, bw_h0, bw_c0 = args[34:38]
+        if any(s is None for s in (fw_h0, fw_c0, bw_h0, bw_c0)):
+            raise ModelExecutionError(f"{ctx.op}: the fw/bw output and cell states (inputs 35-38) are required")
+        xs = _time_major(ctx, x)
+        (fw_h, fw_c), fw_ys = _scan(ctx, _lstm_step(ctx, fw_params), (fw_h0, fw_c0), xs)
+        (bw_h, bw_c), bw_ys = _reversed_scan(ctx, _lstm_step(ctx, bw_params), (bw_h0, bw_c0), xs)
+        for index, value in zip((35, 36, 37, 38), (fw_h, fw_c, bw_h, bw_c)):
+            _store_state(ctx, index, value)
+        return _bidirectional_outputs(ctx, fw_ys, bw_ys)
+
+
+@register("SVDF")
+class Svdf(Op):
+    """Inputs: x [batch, in], feature weights [filters, in], time weights [filters, memory], bias
+    [units] (optional), state [batch, filters * memory] (a variable); units = filters / rank."""
+
+    def compute(self, ctx: OpContext, x: Any, w_feature: Any, w_time: Any, bias: Any, state: Any) -> Any:
+        xp = ctx.xp
+        _require_float(ctx, w_feature, w_time)
+        rank = int(ctx.options.rank)
+        filters, memory = w_time.shape
+        batch = x.shape[0]
+        if len(x.shape) != 2 or rank <= 0 or filters % rank or state is None:
+            raise ModelExecutionError(f"{ctx.op}: expected a 2-D input, a state and rank dividing the "
+                                      f"{filters} filters, got input {x.shape}, rank {rank}")
+        # The state is a sliding window of each filter's last `memory` feature activations.
+        activations = _matmul_t(ctx, x, w_feature)[:, :, None]
+        window = xp.concatenate([xp.reshape(state, (batch, filters, memory))[:, :, 1:], activations], axis=2)
+        per_filter = xp.sum(window * w_time[None], axis=2)
+        out = xp.sum(xp.reshape(per_filter, (batch, filters // rank, rank)), axis=2)
+        if bias is not None:
+            out = out + bias
+        _store_state(ctx, 4, xp.reshape(window, (batch, filters * memory)))
+        return fused_activation(xp, out, ctx.options.fused_activation_function)
