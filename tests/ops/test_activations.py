@@ -86,3 +86,22 @@ def test_prelu_alpha_larger_than_input_is_an_error():
     model = prelu_model((3,), (2, 3))
     with pytest.raises(ModelExecutionError, match="PRELU"):
         ReferenceBackend(model).run([np.zeros(3, np.float32), np.zeros((2, 3), np.float32)])
+
+
+# --- quantized HARD_SWISH: the official 16-bit fixed-point recipe, exact ------------------------
+
+from litegpu.ir.builder import quantization  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("qin,qout", [((0.05, -10), (0.03, -100)), ((0.02, 0), (0.02, 0)),
+                                      ((0.2, 30), (0.09, -60)), ((0.006, -128), (0.0035, -120))])
+def test_quantized_hard_swish_matches_official(dtype, qin, qout):
+    offset = 128 if dtype == "uint8" else 0
+    b = ModelBuilder()
+    x = b.input("x", (4, 64), dtype, quantization=quantization(qin[0], qin[1] + offset))
+    y = b.tensor("y", (4, 64), dtype, quantization=quantization(qout[0], qout[1] + offset))
+    b.op("HARD_SWISH", [x], [y])
+    b.output(y)
+    every_value = np.arange(256).reshape(4, 64) - (128 if dtype == "int8" else 0)
+    check_op_model(b.build(), [every_value.astype(dtype)])

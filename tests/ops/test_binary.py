@@ -172,3 +172,30 @@ def test_shapes_that_do_not_broadcast_are_an_error():
     model = binary_model("ADD", ((2, 3), (3,)), "float32")
     with pytest.raises(ModelExecutionError, match="do not broadcast"):
         ReferenceBackend(model).run([np.zeros((2, 3), np.float32), np.zeros((4,), np.float32)])
+
+
+# --- quantized (int8 / uint8) ADD and MUL: the official integer kernels, exact ---------------
+
+from litegpu.ir.builder import quantization  # noqa: E402
+
+QUANTIZED_BINARY_CASES = [  # (x scale, zp), (y scale, zp), (out scale, zp), shapes
+    ((0.05, -3), (0.05, -3), (0.1, 2), (2, 3, 4), (2, 3, 4)),
+    ((0.013, 10), (0.2, -50), (0.07, -1), (1, 4, 4, 3), (1, 1, 1, 3)),
+    ((0.5, 0), (0.004, 7), (0.02, -128), (3, 1), (1, 5)),
+]
+
+
+@pytest.mark.parametrize("op", ["ADD", "MUL"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("activation", ["NONE", "RELU6"])
+@pytest.mark.parametrize("qx,qy,qo,sx,sy", QUANTIZED_BINARY_CASES)
+def test_quantized_add_and_mul_match_official(op, dtype, activation, qx, qy, qo, sx, sy):
+    offset = 128 if dtype == "uint8" else 0
+    b = ModelBuilder()
+    x = b.input("x", sx, dtype, quantization=quantization(qx[0], qx[1] + offset))
+    y = b.input("y", sy, dtype, quantization=quantization(qy[0], qy[1] + offset))
+    out = b.tensor("out", np.broadcast_shapes(sx, sy), dtype,
+                   quantization=quantization(qo[0], min(qo[1] + offset, 255)))
+    b.op(op, [x, y], [out], fused_activation_function=activation)
+    b.output(out)
+    check_op_model(b.build(), [random_input(sx, dtype, seed=1), random_input(sy, dtype, seed=2)])

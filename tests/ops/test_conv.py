@@ -198,3 +198,57 @@ def test_conv3d_matches_official(padding, stride, dilation, activation, bias):
          fused_activation_function=activation)
     b.output(y)
     check_op_model(b.build(), [random_input(shape)])
+
+
+# --- quantized (int8 per-channel / uint8 per-tensor) ---------------------------------------
+
+from litegpu.ir.builder import quantization  # noqa: E402
+
+
+def _quantized_conv_model(op, dtype, x_shape, w_shape, y_shape, w_scales, activation, **options):
+    rng = np.random.default_rng(sum(x_shape) + len(w_scales))
+    b = ModelBuilder()
+    zp = -7 if dtype == "int8" else 121
+    x = b.input("x", x_shape, dtype, quantization=quantization(0.037, zp))
+    if dtype == "int8":  # symmetric per-channel weights, as the converter writes them
+        axis = 0 if op == "CONV_2D" else 3
+        w = b.constant("w", rng.integers(-127, 128, w_shape).astype(np.int8),
+                       quantization=quantization(w_scales, 0, axis=axis))
+    else:
+        w = b.constant("w", rng.integers(0, 256, w_shape).astype(np.uint8), quantization=quantization(w_scales[0], 131))
+    scales = np.float32(0.037) * np.asarray(w_scales, np.float32)
+    bias = b.constant("bias", rng.integers(-3000, 3000, y_shape[-1]).astype(np.int32),
+                      quantization=quantization(scales if dtype == "int8" else scales[:1], 0))
+    y = b.tensor("y", y_shape, dtype, quantization=quantization(0.11, 5 if dtype == "int8" else 130))
+    b.op(op, [x, w, bias], [y], fused_activation_function=activation, **options)
+    b.output(y)
+    return b.build(), random_input(x_shape, dtype, seed=3)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("activation", ["NONE", "RELU", "RELU6"])
+@pytest.mark.parametrize("geometry", [((1, 9, 9, 3), (4, 3, 3, 3), "SAME", 2), ((2, 6, 5, 8), (5, 1, 1, 8), "VALID", 1),
+                                      ((1, 7, 7, 4), (3, 2, 3, 4), "SAME", 1)])
+def test_quantized_conv2d_matches_official(dtype, activation, geometry):
+    x_shape, w_shape, padding, stride = geometry
+    oh = conv_output_size(x_shape[1], w_shape[1], stride, 1, padding)
+    ow = conv_output_size(x_shape[2], w_shape[2], stride, 1, padding)
+    w_scales = np.linspace(0.002, 0.02, w_shape[0]) if dtype == "int8" else [0.01]
+    model, x = _quantized_conv_model("CONV_2D", dtype, x_shape, w_shape, (x_shape[0], oh, ow, w_shape[0]), w_scales,
+                                     activation, padding=padding, stride_h=stride, stride_w=stride)
+    check_op_model(model, [x])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("activation", ["NONE", "RELU6"])
+@pytest.mark.parametrize("geometry", [((1, 9, 9, 16), 3, "SAME", 2, 1), ((1, 8, 8, 20), 5, "SAME", 1, 1),
+                                      ((2, 6, 6, 3), 3, "VALID", 1, 2)])
+def test_quantized_depthwise_conv2d_matches_official(dtype, activation, geometry):
+    x_shape, k, padding, stride, multiplier = geometry
+    cout = x_shape[3] * multiplier
+    oh = conv_output_size(x_shape[1], k, stride, 1, padding)
+    w_scales = np.linspace(0.003, 0.03, cout) if dtype == "int8" else [0.01]
+    model, x = _quantized_conv_model("DEPTHWISE_CONV_2D", dtype, x_shape, (1, k, k, cout), (x_shape[0], oh, oh, cout),
+                                     w_scales, activation, padding=padding, stride_h=stride, stride_w=stride,
+                                     depth_multiplier=multiplier)
+    check_op_model(model, [x])

@@ -64,3 +64,21 @@ def test_local_response_normalization_rejects_non_4d_input():
     model = unary_model("LOCAL_RESPONSE_NORMALIZATION", (3, 7), radius=1, bias=1.0, alpha=1.0, beta=0.5)
     with pytest.raises(LiteGpuError, match="LOCAL_RESPONSE_NORMALIZATION.*rank 4"):
         ReferenceBackend(model).run([random_input((3, 7))])
+
+
+# --- 8-bit SOFTMAX: the official optimized lookup-table kernel, exact ---------------------------
+
+from litegpu.ir.builder import quantization  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("in_scale,beta", [(0.1, 1.0), (0.02, 1.0), (0.5, 0.7), (0.05, 2.0)])
+@pytest.mark.parametrize("shape", [(1, 1000), (3, 7), (2, 3, 17)])
+def test_quantized_softmax_matches_official(dtype, in_scale, beta, shape):
+    zp_in, zp_out = (-5, -128) if dtype == "int8" else (120, 0)
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype, quantization=quantization(in_scale, zp_in))
+    y = b.tensor("y", shape, dtype, quantization=quantization(1 / 256, zp_out))
+    b.op("SOFTMAX", [x], [y], beta=beta)
+    b.output(y)
+    check_op_model(b.build(), [random_input(shape, dtype, seed=len(shape))])

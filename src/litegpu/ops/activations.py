@@ -1,4 +1,4 @@
-"""Activation functions (float; the quantized int8/uint8/int16 kernels are not implemented yet)."""
+"""Activation functions (float; quantized int8/uint8 HARD_SWISH follows the official fixed-point kernel)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from . import _quantized as qz
+from . import fixedpoint as fp
 from .binary import broadcast_shape
 from .registry import Op, OpContext, register
 
@@ -84,8 +86,75 @@ class Elu(_Activation):
 
 @register("HARD_SWISH")
 class HardSwish(_Activation):
+    dtypes = FLOATS + ("int8", "uint8")
+
     def apply(self, ctx, xp, x):
+        if np.dtype(x.dtype).kind in "iu":
+            return _quantized_hard_swish(ctx, xp, x)
         return x * _clip(xp, x + 3, 0, 6) / np.asarray(6, x.dtype)
+
+
+# --- quantized HARD_SWISH: the official 16-bit fixed-point recipe (reference/hard_swish.h) ---
+
+def _int16_rounding_doubling_high_mul(xp: Any, a: Any, b: Any) -> Any:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int16 values."""
+    ab = a * b
+    nudge = xp.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    total = ab + nudge
+    high = xp.where(total < 0, -((-total) >> 15), total >> 15)  # C division truncates
+    return xp.where((a == b) & (a == -32768), 32767, high)
+
+
+def _int16_doubling_high_mul(xp: Any, a: Any, b: Any) -> Any:
+    """SaturatingDoublingHighMul: like the above, but truncating instead of rounding."""
+    ab = a * b
+    high = xp.where(ab < 0, -((-ab) >> 15), ab >> 15)
+    return xp.where((a == b) & (a == -32768), 32767, high)
+
+
+def _saturating_left_shift_int16(xp: Any, x: Any, amount: int) -> Any:
+    return xp.clip(x * (1 << amount), -32768, 32767)
+
+
+def _downscale_to_int16_multiplier(multiplier: int) -> int:
+    """DownScaleInt32ToInt16Multiplier: round the Q0.31 multiplier to Q0.15."""
+    if multiplier >= (1 << 31) - 1 - (1 << 15):
+        return 32767
+    return (multiplier + (1 << 15)) >> 16
+
+
+def _hard_swish_params(ctx: OpContext) -> tuple:
+    in_scale, in_zp = qz.scale_and_zero_point(ctx, ctx.input(0), "input")
+    out_scale, out_zp = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    # float32 arithmetic, as the official Prepare
+    hires_input_scale = np.float32(1.0 / 128.0) * np.float32(in_scale)
+    output_multiplier, output_exponent = fp.quantize_multiplier(float(hires_input_scale / np.float32(out_scale)))
+    reluish_multiplier, reluish_exponent = fp.quantize_multiplier(
+        float(hires_input_scale / np.float32(3.0 / 32768.0)))
+    if output_exponent > 0:
+        raise ModelExecutionError(f"{ctx.op}: output scale {out_scale} is too small for input scale {in_scale} "
+                                  "(the official kernel requires output_scale >= input_scale / 128)")
+    return (in_zp, out_zp, _downscale_to_int16_multiplier(output_multiplier), output_exponent,
+            _downscale_to_int16_multiplier(reluish_multiplier), reluish_exponent)
+
+
+def _quantized_hard_swish(ctx: OpContext, xp: Any, x: Any) -> Any:
+    in_zp, out_zp, out_mult, out_exp, relu_mult, relu_exp = _hard_swish_params(ctx)
+    hires = (x.astype(xp.int64) - in_zp) * (1 << 7)
+    on_preshift_output_scale = _int16_rounding_doubling_high_mul(xp, hires, out_mult)
+    reluish = hires
+    if relu_exp > 0:  # all but the last bit of left shift, so saturation here never shows
+        reluish = _saturating_left_shift_int16(xp, reluish, relu_exp - 1)
+    reluish = _int16_rounding_doubling_high_mul(xp, reluish, relu_mult)
+    if relu_exp > 0:
+        reluish = _saturating_left_shift_int16(xp, reluish, 1)
+    if relu_exp < 0:
+        reluish = fp.rounding_divide_by_pot(xp, reluish, -relu_exp)
+    reluish = (reluish + (1 << 15)) >> 1  # [-1, 1] -> [0, 1] in Q0.15
+    preshift = _int16_doubling_high_mul(xp, reluish, on_preshift_output_scale)
+    y = fp.rounding_divide_by_pot(xp, preshift, -out_exp) + out_zp
+    low, high = qz.dtype_limits(ctx.output(0).dtype)
+    return xp.clip(y, low, high)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)

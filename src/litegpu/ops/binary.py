@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from . import _quantized as qz
+from . import fixedpoint as fp
+from ._quantized import QUANTIZED_8BIT
 from .common import fused_activation
 from .registry import Op, OpContext, register
 
@@ -95,7 +98,15 @@ class _Binary(Op):
 
 @register("ADD")
 class Add(_Binary):
+    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT
     clamps_result = True
+
+    def compute(self, ctx, x, y):
+        if ctx.input(0).dtype in QUANTIZED_8BIT:
+            check_same_dtype(ctx, x, y)
+            broadcast_shape(ctx, x, y)
+            return _quantized_add(ctx, ctx.xp, x, y)
+        return super().compute(ctx, x, y)
 
     def apply(self, xp, x, y):
         return x + y
@@ -111,10 +122,53 @@ class Sub(_Binary):
 
 @register("MUL")
 class Mul(_Binary):
+    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT
     clamps_result = True
+
+    def compute(self, ctx, x, y):
+        if ctx.input(0).dtype in QUANTIZED_8BIT:
+            check_same_dtype(ctx, x, y)
+            broadcast_shape(ctx, x, y)
+            return _quantized_mul(ctx, ctx.xp, x, y)
+        return super().compute(ctx, x, y)
 
     def apply(self, xp, x, y):
         return x * y
+
+
+# --- quantized (int8 / uint8) ADD and MUL: the official integer kernels ----------------
+
+# ADD moves both inputs to a common scale 2^20 times finer than twice the larger input
+# scale (add.cc, 8-bit): enough headroom that the rescaled sum stays exact in int32.
+_ADD_LEFT_SHIFT = 20
+
+
+def _quantized_add(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
+    s1, z1 = qz.scale_and_zero_point(ctx, ctx.input(0), "first input")
+    s2, z2 = qz.scale_and_zero_point(ctx, ctx.input(1), "second input")
+    so, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    twice_max = 2.0 * max(s1, s2)
+    m1, e1 = fp.quantize_multiplier(s1 / twice_max)
+    m2, e2 = fp.quantize_multiplier(s2 / twice_max)
+    mo, eo = fp.quantize_multiplier(twice_max / float(np.float32((1 << _ADD_LEFT_SHIFT) * np.float32(so))))
+    a = fp.multiply_by_quantized_multiplier(xp, (x.astype(xp.int64) - z1) << _ADD_LEFT_SHIFT, m1, e1)
+    b = fp.multiply_by_quantized_multiplier(xp, (y.astype(xp.int64) - z2) << _ADD_LEFT_SHIFT, m2, e2)
+    out = fp.multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, a + b), mo, eo) + zo
+    low, high = qz.activation_range(ctx.options.get("fused_activation_function", "NONE"), so, zo,
+                                    ctx.output(0).dtype)
+    return xp.clip(out, low, high)
+
+
+def _quantized_mul(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
+    s1, z1 = qz.scale_and_zero_point(ctx, ctx.input(0), "first input")
+    s2, z2 = qz.scale_and_zero_point(ctx, ctx.input(1), "second input")
+    so, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    multiplier, shift = fp.quantize_multiplier(s1 * s2 / so)
+    product = (x.astype(xp.int64) - z1) * (y.astype(xp.int64) - z2)
+    out = fp.multiply_by_quantized_multiplier(xp, product, multiplier, shift) + zo
+    low, high = qz.activation_range(ctx.options.get("fused_activation_function", "NONE"), so, zo,
+                                    ctx.output(0).dtype)
+    return xp.clip(out, low, high)
 
 
 @register("DIV")
