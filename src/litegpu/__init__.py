@@ -1,0 +1,24 @@
+"""litegpu: run LiteRT / TensorFlow Lite models on GPU and CPU through XLA.
+
+The API follows ``ai_edge_litert`` (``CompiledModel``, ``TensorBuffer``,
+``HardwareAccelerator``, ``Options``, ``Interpreter``) so that code written for
+it ports by changing the import; see ``litegpu.runtime`` for what litegpu adds
+(async runs with events, device-resident outputs, strict checks).
+"""
+
+from . import errors
+from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, InvalidArgumentError, LiteGpuError,
+                     ModelExecutionError, ModelFormatError, SignatureError, TensorBufferError, UnsupportedOpError,
+                     WriteError)
+from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
+                      HardwareAccelerator, Interpreter, Model, OpResolverType, Options, SignatureRunner, TensorBuffer)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "CpuKernelMode", "CpuOptions",
+    "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
+    "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
+    "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
+    "WriteError", "errors",
+]

@@ -1,10 +1,17 @@
-"""The XLA backend: a subgraph traced once into one ``jax.jit`` program.
+"""The XLA backend: a subgraph traced into one ``jax.jit`` program, compiled once per input shape.
 
 Large float constants (weights) are passed to the program as device-resident
 parameters rather than embedded in it: compiling stays fast, and weights are
 transferred to the accelerator once.  Small and integer constants stay numpy
 values so that shapes, axes and paddings are static for XLA.
 Resource variables are threaded through the program as inputs and outputs.
+
+Weights and variables live in an :class:`XlaState` that all signatures of one
+compiled model share (TFLite shares resource variables between subgraphs, and
+sharing the weights keeps one copy on the device).
+
+Runs return device arrays without waiting (JAX dispatches asynchronously), so
+a GPU run's outputs stay on the GPU and feed the next run without a host copy.
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AcceleratorUnavailableError
-from ..ir import Model, Tensor
+from ..errors import AcceleratorUnavailableError, InvalidArgumentError, ModelExecutionError
+from ..ir import Model, Subgraph, Tensor, numpy_dtype
 from ..ops import Target
 from .graph import GraphRunner
 
 # Float constants with more elements than this become program parameters.
 PARAM_MIN_ELEMENTS = 256
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,48 +61,173 @@ def device_for(platform: str) -> Any:
         raise AcceleratorUnavailableError(f"no {platform.upper()} device is visible to JAX on this machine") from None
 
 
+def is_device_array(value: Any) -> bool:
+    """A jax array (without importing jax when nobody has)."""
+    return type(value).__module__.startswith("jax") and hasattr(value, "block_until_ready")
+
+
 def _is_param(t: Tensor) -> bool:
-    return (t.data is not None and t.dtype in ("float32", "float16", "bfloat16", "float64")
-            and t.num_elements > PARAM_MIN_ELEMENTS)
+    return t.data is not None and t.dtype in FLOAT_DTYPES and t.num_elements > PARAM_MIN_ELEMENTS
+
+
+# (storage, compute) dtype of float32 tensors per precision name; ``litegpu.compile.precision``
+# documents and validates the names (it sits above this module, so it is not imported here).
+_PRECISION_DTYPES = {
+    "fp32": (np.dtype(np.float32), np.dtype(np.float32)),
+    "fp16": (np.dtype(np.float16), np.dtype(np.float16)),
+    "fp16_fp32_accum": (np.dtype(np.float16), np.dtype(np.float32)),
+}
+
+
+class _Precision:
+    def __init__(self, precision: Any):
+        self.name = str(getattr(precision, "name", precision or "fp32")).lower()
+        if self.name not in _PRECISION_DTYPES:
+            raise InvalidArgumentError(f"unknown precision {self.name!r}; expected one of "
+                                       f"{', '.join(_PRECISION_DTYPES)}")
+        self.storage_dtype, self.compute_dtype = _PRECISION_DTYPES[self.name]
+        self.is_reduced = self.name != "fp32"
+
+
+class _PolicyRunner(GraphRunner):
+    """Holds float32 tensors in the policy's storage type and computes ops in its compute type."""
+
+    def __init__(self, *args: Any, storage: np.dtype, compute: np.dtype, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.storage, self.compute = storage, compute
+
+    def _value(self, sg: Subgraph, values: dict, index: int) -> Any:
+        value = super()._value(sg, values, index)
+        if (index >= 0 and self.compute != self.storage and sg.tensors[index].dtype == "float32"
+                and getattr(value, "dtype", None) == self.storage):
+            return value.astype(self.compute)
+        return value
+
+    def _as_output(self, t: Tensor, value: Any, target: Target) -> Any:  # type: ignore[override]
+        value = GraphRunner._as_output(t, value, target)
+        if t.dtype == "float32" and self.storage != np.float32:
+            return value.astype(self.storage)
+        return value
+
+
+class XlaState:
+    """Device-resident weights and resource variables of one model on one device."""
+
+    def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32)):
+        self.device = device
+        self.storage = np.dtype(storage)
+        self.params = self._device_params(model)
+        self.variables: dict = {}
+
+    def _device_params(self, model: Model) -> dict[str, Any]:
+        jax = jax_module()
+        params = {}
+        for sg in model.subgraphs:
+            for t in sg.tensors:
+                if _is_param(t):
+                    value = np.ascontiguousarray(t.data)
+                    if t.dtype == "float32" and self.storage != np.float32:
+                        value = value.astype(self.storage)
+                    params[f"{sg.index}:{t.index}"] = jax.device_put(value, self.device)
+        return params
+
+
+def _shape_key(arrays: Sequence[Any]) -> tuple:
+    return tuple((tuple(np.shape(a)), str(a.dtype)) for a in arrays)
 
 
 class XlaBackend:
-    """One model's subgraph compiled by XLA for one device; recompiled per input shape."""
+    """One subgraph of a model compiled by XLA for one device; compiled once per input shape.
 
-    def __init__(self, model: Model, subgraph_index: int = 0, platform: str = "cpu", dtype_policy: Any = None):
+    ``precision`` is "fp32" (default), "fp16" or "fp16_fp32_accum" (see
+    ``litegpu.compile.precision``).  Pass ``state`` to share weights and
+    variables with the other signatures of the same model.
+    """
+
+    def __init__(self, model: Model, subgraph_index: int = 0, platform: str = "cpu", dtype_policy: Any = None, *,
+                 precision: Any = None, state: XlaState | None = None):
         self.jax = jax_module()
         self.model = model
         self.subgraph_index = subgraph_index
         self.platform = platform
-        self.device = device_for(platform)
+        self.policy = _Precision(precision if precision is not None else dtype_policy)
+        self.device = state.device if state is not None else device_for(platform)
         self.target = Target.XLA_GPU if platform == "gpu" else Target.XLA_CPU
-        self.dtype_policy = dtype_policy
-        self.params = self._device_params()
-        self.variables: dict = {}
+        self.state = state if state is not None else XlaState(model, self.device, self.policy.storage_dtype)
+        self.compiled_shapes: set[tuple] = set()
+        self._shapes: dict[tuple, list[tuple[tuple[int, ...], np.dtype]]] = {}
         self._program = self.jax.jit(self._trace)
 
-    def _device_params(self) -> dict[str, Any]:
-        params = {}
-        for sg in self.model.subgraphs:
-            for t in sg.tensors:
-                if _is_param(t):
-                    value = np.ascontiguousarray(t.data)
-                    params[f"{sg.index}:{t.index}"] = self.jax.device_put(value, self.device)
-        return params
+    @staticmethod
+    def storage_dtype(precision: Any) -> np.dtype:
+        """How float32 weights are held under ``precision``."""
+        return _Precision(precision).storage_dtype
+
+    @property
+    def subgraph(self) -> Subgraph:
+        return self.model.subgraphs[self.subgraph_index]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.state.params
+
+    @property
+    def variables(self) -> dict:
+        return self.state.variables
+
+    @variables.setter
+    def variables(self, value: dict) -> None:
+        self.state.variables = value
+
+    def _to_storage(self, x: Any, t: Tensor) -> Any:
+        return x.astype(self.policy.storage_dtype) if t.dtype == "float32" and self.policy.is_reduced else x
+
+    def _to_boundary(self, y: Any, t: Tensor) -> Any:
+        if t.dtype in ("resource", "variant", "string"):
+            return y
+        dtype = numpy_dtype(t.dtype)
+        return y if y.dtype == dtype else y.astype(dtype)
 
     def _trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
-        def constant(sg: int, t: Tensor) -> Any:
-            return params.get(f"{sg}:{t.index}", t.data)
+        sg = self.subgraph
 
-        runner = GraphRunner(self.model, self.target, constant=constant, variables=dict(variables))
+        def constant(sg_index: int, t: Tensor) -> Any:
+            value = params.get(f"{sg_index}:{t.index}")
+            if value is not None:
+                return value
+            return self._to_storage(t.data, t)
+
+        runner = _PolicyRunner(self.model, self.target, constant=constant, variables=dict(variables),
+                               storage=self.policy.storage_dtype, compute=self.policy.compute_dtype)
+        inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, sg.inputs)]
         outputs = runner.run_subgraph(self.subgraph_index, inputs)
+        outputs = [self._to_boundary(y, sg.tensors[t]) for y, t in zip(outputs, sg.outputs)]
         return outputs, runner.variables
+
+    def _place(self, inputs: Sequence[Any]) -> list[Any]:
+        return [self.jax.device_put(x if is_device_array(x) else np.asarray(x), self.device) for x in inputs]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous)."""
-        args = [self.jax.device_put(x, self.device) for x in inputs]
+        args = self._place(inputs)
+        self.compiled_shapes.add(_shape_key(args))
         outputs, self.variables = self._program(self.params, self.variables, args)
         return outputs
+
+    def output_shapes(self, input_shapes: Sequence[tuple[tuple[int, ...], Any]]) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """Output (shape, dtype) for inputs of these (shape, dtype), by tracing only (no compile, no run)."""
+        key = tuple((tuple(int(d) for d in s), str(np.dtype(d))) for s, d in input_shapes)
+        if key not in self._shapes:
+            specs = [self.jax.ShapeDtypeStruct(s, np.dtype(d)) for s, d in key]
+            try:
+                outputs, _ = self.jax.eval_shape(self._trace, self.params, self.variables, specs)
+            except ModelExecutionError:
+                raise
+            except Exception as e:
+                raise ModelExecutionError(f"{self.model.source}: subgraph {self.subgraph_index} cannot take inputs "
+                                          f"of shapes {[s for s, _ in key]}: {type(e).__name__}: {e}") from e
+            self._shapes[key] = [(tuple(o.shape), np.dtype(o.dtype)) for o in outputs]
+        return list(self._shapes[key])
 
     def reset_variables(self) -> None:
         self.variables = {}

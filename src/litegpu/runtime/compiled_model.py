@@ -1,0 +1,545 @@
+"""CompiledModel: the main API, following ``ai_edge_litert.compiled_model`` name for name.
+
+    model = CompiledModel.from_file("m.tflite", hardware_accel=HardwareAccelerator.GPU | HardwareAccelerator.CPU)
+    inputs, outputs = model.create_input_buffers(0), model.create_output_buffers(0)
+    inputs[0].write(x)
+    model.run_by_index(0, inputs, outputs)          # or: event = model.run_async(0, inputs, outputs)
+    y = outputs[0].read()
+    y = model(x)                                    # quick form: numpy in, numpy out
+
+Each signature is lowered to one ``jax.jit`` program when it first runs and
+compiled again, and cached, for each new input shape.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..compile import CPU, GPU, NPU, DelegationPlan, plan
+from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
+                      TensorBufferError)
+from ..ir import numpy_dtype
+from ..ops import Target
+from .environment import Environment, enable_compile_cache
+from .event import Event
+from .model import Model, SignatureInfo, read, signatures_of
+from .options import HardwareAccelerator, Options, resolve_options
+from .tensor_buffer import TensorBuffer
+
+HOST_MEMORY_BUFFER_TYPE = 1  # kLiteRtTensorBufferTypeHostMemory, what the official requirements report
+
+
+def _dtype_name(t: ir.Tensor) -> str:
+    try:
+        return np.dtype(numpy_dtype(t.dtype)).name
+    except Exception:
+        return t.dtype
+
+
+class _ReferenceSignature:
+    """The numpy reference backend behind the XLA backend's interface (models XLA cannot trace)."""
+
+    def __init__(self, backend: Any, subgraph: int):
+        self.backend, self.subgraph_index = backend, subgraph
+
+    def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return self.backend.run([np.asarray(x) for x in inputs], self.subgraph_index)
+
+    def output_shapes(self, input_shapes: Any) -> None:
+        return None
+
+    def reset_variables(self) -> None:
+        self.backend.reset_variables()
+
+
+class CompiledModel:
+    """A model compiled for one accelerator, with one program per signature.
+
+    Thread safety: one CompiledModel may be run from several threads.  What is
+    shared: the weights on the device, the resource variables (all signatures
+    of one model share them, as in TFLite), the compile cache and the resized
+    input shapes.  One lock serialises the part of a run that touches them
+    (checking inputs, compiling on a new shape, dispatching the program and
+    storing the new variables); the computation itself runs outside the lock,
+    asynchronously.  Runs that update variables therefore see each other's
+    updates in the order they took the lock.  TensorBuffers are not copied:
+    do not write a buffer from one thread while another run reads it.
+    """
+
+    def __init__(self, model: ir.Model | Model, options: Options | None = None,
+                 environment: Environment | None = None):
+        self._ir = model.ir if isinstance(model, Model) else model
+        self._options = options or Options()
+        self._environment = environment or Environment.create()
+        self._signatures = signatures_of(self._ir)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._fell_back = False
+        self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
+        if self._options.cache_dir:
+            enable_compile_cache(self._options.cache_dir)
+        self._backends: dict[int, Any] = {}
+        self._state: Any = None
+        self._reference: Any = None
+        self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
+
+    # ---- creation ---------------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, model_path: Any, hardware_accel: HardwareAccelerator | int | None = None,
+                  environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
+        """Load, verify and prepare a model file; compilation happens on each signature's first run."""
+        resolved = resolve_options(options, hardware_accel)
+        return cls(read(model_path), resolved, environment)
+
+    @classmethod
+    def from_buffer(cls, model_data: bytes, hardware_accel: HardwareAccelerator | int | None = None,
+                    environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
+        resolved = resolve_options(options, hardware_accel)
+        if not isinstance(model_data, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"from_buffer takes the model's bytes, not {type(model_data).__name__}")
+        return cls(read(model_data), resolved, environment)
+
+    @classmethod
+    def from_model(cls, model: Model | ir.Model, hardware_accel: HardwareAccelerator | int | None = None,
+                   environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
+        return cls(model, resolve_options(options, hardware_accel), environment)
+
+    def _choose_accelerator(self, flags: int) -> tuple[str, DelegationPlan]:
+        if flags & NPU and not flags & (CPU | GPU):
+            raise AcceleratorUnavailableError("litegpu has no NPU backend; use HardwareAccelerator.GPU and/or "
+                                              "HardwareAccelerator.CPU")
+        wanted = flags & (CPU | GPU)
+        reasons = ["litegpu has no NPU backend"] if flags & NPU else []
+        if wanted & GPU and "gpu" not in self._environment.platforms():
+            if not wanted & CPU:
+                raise AcceleratorUnavailableError(
+                    f"{self._ir.source}: HardwareAccelerator.GPU was requested, but JAX sees no GPU on this machine "
+                    f"(platforms: {', '.join(sorted(self._environment.platforms()))}); use "
+                    "HardwareAccelerator.GPU | HardwareAccelerator.CPU to fall back to the CPU")
+            wanted = CPU
+            reasons.append("JAX sees no GPU on this machine")
+        if reasons:
+            self._fell_back = True
+            warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU", stacklevel=4)
+        chosen = plan(self._ir, wanted, warn=True)
+        return ("gpu" if chosen.target is Target.XLA_GPU else "cpu"), chosen
+
+    # ---- properties -------------------------------------------------------------------------
+    @property
+    def environment(self) -> Environment:
+        return self._environment
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    @property
+    def model(self) -> ir.Model:
+        """The model's IR."""
+        return self._ir
+
+    @property
+    def plan(self) -> DelegationPlan:
+        return self._plan
+
+    @property
+    def accelerator(self) -> str:
+        """Where the model runs: "GPU" or "CPU"."""
+        return self._plan.accelerator
+
+    def is_fully_accelerated(self) -> bool:
+        """True when every op runs on the first accelerator asked for (no fallback of any kind)."""
+        self._check_open()
+        return self._plan.fully_accelerated and not self._fell_back
+
+    # ---- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the compiled programs, weights and variables; later calls raise ClosedError."""
+        with self._lock:
+            self._closed = True
+            self._backends.clear()
+            self._state = self._reference = None
+
+    def __enter__(self) -> "CompiledModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self._ir.source}: this CompiledModel was closed")
+
+    # ---- signatures -------------------------------------------------------------------------
+    def _signature(self, signature: int | str) -> SignatureInfo:
+        self._check_open()
+        if isinstance(signature, str):
+            for s in self._signatures:
+                if s.key == signature:
+                    return s
+            raise SignatureError(f"{self._ir.source}: no signature {signature!r}; the model has "
+                                 f"{[s.key for s in self._signatures]}")
+        if isinstance(signature, (int, np.integer)) and not isinstance(signature, bool):
+            if 0 <= int(signature) < len(self._signatures):
+                return self._signatures[int(signature)]
+            raise SignatureError(f"{self._ir.source}: signature index {signature} is out of range: the model has "
+                                 f"{len(self._signatures)} signature(s) (0..{len(self._signatures) - 1})")
+        raise SignatureError(f"a signature is an index or a key, not {type(signature).__name__}")
+
+    def _tensor(self, sig: SignatureInfo, index: int) -> ir.Tensor:
+        return self._ir.subgraphs[sig.subgraph].tensors[index]
+
+    def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
+        self._check_open()
+        return {s.key: {"inputs": s.input_names, "outputs": s.output_names} for s in self._signatures}
+
+    def get_signature_by_index(self, index: int) -> dict[str, Any]:
+        s = self._signature(index)
+        return {"key": s.key, "inputs": s.input_names, "outputs": s.output_names}
+
+    def get_num_signatures(self) -> int:
+        self._check_open()
+        return len(self._signatures)
+
+    def get_signature_index(self, key: str) -> int:
+        """The signature's index, or -1 when there is none with this key (the official behaviour)."""
+        self._check_open()
+        return next((s.index for s in self._signatures if s.key == key), -1)
+
+    def get_input_tensor_details(self, signature_key: str | int) -> dict[str, dict[str, Any]]:
+        s = self._signature(signature_key)
+        return {name: self._details(self._tensor(s, t), shape)
+                for (name, t), shape in zip(s.inputs, self._input_shapes[s.index])}
+
+    def get_output_tensor_details(self, signature_key: str | int) -> dict[str, dict[str, Any]]:
+        s = self._signature(signature_key)
+        return {name: self._details(self._tensor(s, t), shape)
+                for (name, t), (shape, _) in zip(s.outputs, self._output_specs(s))}
+
+    @staticmethod
+    def _details(t: ir.Tensor, shape: Sequence[int]) -> dict[str, Any]:
+        return {"name": t.name, "index": t.index, "dtype": _dtype_name(t), "shape": [int(d) for d in shape]}
+
+    def _requirements(self, t: ir.Tensor, shape: Sequence[int]) -> dict[str, Any]:
+        return {"buffer_size": math.prod(shape) * np.dtype(numpy_dtype(t.dtype)).itemsize,
+                "supported_types": [HOST_MEMORY_BUFFER_TYPE]}
+
+    def get_input_buffer_requirements(self, input_index: int, signature_index: int = 0) -> dict[str, Any]:
+        s = self._signature(signature_index)
+        i = self._position(s, input_index, "input")
+        return self._requirements(self._tensor(s, s.inputs[i][1]), self._input_shapes[s.index][i])
+
+    def get_output_buffer_requirements(self, output_index: int, signature_index: int = 0) -> dict[str, Any]:
+        s = self._signature(signature_index)
+        i = self._position(s, output_index, "output")
+        return self._requirements(self._tensor(s, s.outputs[i][1]), self._output_specs(s)[i][0])
+
+    def _position(self, s: SignatureInfo, index: int, kind: str) -> int:
+        items = s.inputs if kind == "input" else s.outputs
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool) and 0 <= int(index) < len(items):
+            return int(index)
+        raise SignatureError(f"signature {s.key!r} has {len(items)} {kind}(s) ({[n for n, _ in items]}); "
+                             f"{kind} index {index!r} is out of range")
+
+    def _named(self, s: SignatureInfo, name: str, kind: str) -> int:
+        names = s.input_names if kind == "input" else s.output_names
+        if name not in names:
+            raise SignatureError(f"signature {s.key!r} has no {kind} {name!r}; its {kind}s are {names}")
+        return names.index(name)
+
+    # ---- shapes -----------------------------------------------------------------------------
+    def _output_specs(self, s: SignatureInfo) -> list[tuple[tuple[int, ...], np.dtype]]:
+        outputs = [self._tensor(s, t) for _, t in s.outputs]
+        current = self._input_shapes[s.index]
+        declared = [self._tensor(s, t).shape for _, t in s.inputs]
+        if list(current) != list(declared):
+            sg = self._ir.subgraphs[s.subgraph]
+            by_tensor = {t: shape for shape, (_, t) in zip(current, s.inputs)}
+            inferred = self._backend(s).output_shapes(
+                [(by_tensor.get(t, sg.tensors[t].shape), numpy_dtype(sg.tensors[t].dtype)) for t in sg.inputs])
+            if inferred is not None:
+                produced = dict(zip(sg.outputs, inferred))
+                return [produced[t] for _, t in s.outputs]
+        return [(t.shape, np.dtype(numpy_dtype(t.dtype))) for t in outputs]
+
+    def resize_input_tensor(self, input_index: int, dims: Sequence[int], signature_index: int | str = 0,
+                            strict: bool = True) -> None:
+        """Give an input a new shape; the signature compiles again for it (cached per shape).
+
+        ``strict`` (the default, as in the official package) only changes dimensions that are -1 in the
+        model's ``shape_signature``; ``strict=False`` accepts any shape, a change of rank included.
+        """
+        s = self._signature(signature_index)
+        i = self._position(s, input_index, "input")
+        t = self._tensor(s, s.inputs[i][1])
+        dims = self._check_dims(dims, t)
+        if strict:
+            signature = t.shape_signature if t.shape_signature is not None else t.shape
+            if len(dims) != len(signature) or any(sd >= 0 and d != sd for d, sd in zip(dims, signature)):
+                raise InvalidArgumentError(
+                    f"input {s.inputs[i][0]!r} of signature {s.key!r} has shape signature {list(signature)}: a strict "
+                    f"resize may change only the -1 dimensions, so {dims} is refused (pass strict=False to force it)")
+        with self._lock:
+            self._input_shapes[s.index][i] = tuple(dims)
+
+    def resize_input_tensor_by_name(self, signature_key: str, input_name: str, dims: Sequence[int],
+                                    strict: bool = True) -> None:
+        s = self._signature(signature_key)
+        self.resize_input_tensor(self._named(s, input_name, "input"), dims, s.index, strict)
+
+    @staticmethod
+    def _check_dims(dims: Sequence[int], t: ir.Tensor) -> list[int]:
+        try:
+            values = [int(d) for d in dims]
+            if any(v != d for v, d in zip(values, dims)):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"a shape for tensor {t.name!r} is a sequence of ints, got {dims!r}") from None
+        if any(d < 0 for d in values):
+            raise InvalidArgumentError(f"a shape for tensor {t.name!r} cannot have negative dimensions: {values}")
+        return values
+
+    # ---- buffers ----------------------------------------------------------------------------
+    def _new_buffer(self, t: ir.Tensor, shape: Sequence[int], name: str) -> TensorBuffer:
+        return TensorBuffer(np.zeros(tuple(shape), numpy_dtype(t.dtype)), name=name)
+
+    def create_input_buffers(self, signature_index: int | str = 0) -> list[TensorBuffer]:
+        s = self._signature(signature_index)
+        return [self._new_buffer(self._tensor(s, t), shape, name)
+                for (name, t), shape in zip(s.inputs, self._input_shapes[s.index])]
+
+    def create_output_buffers(self, signature_index: int | str = 0) -> list[TensorBuffer]:
+        s = self._signature(signature_index)
+        return [self._new_buffer(self._tensor(s, t), shape, name)
+                for (name, t), (shape, _) in zip(s.outputs, self._output_specs(s))]
+
+    def create_input_buffer_by_name(self, signature_key: str, input_name: str) -> TensorBuffer:
+        s = self._signature(signature_key)
+        return self.create_input_buffers(s.index)[self._named(s, input_name, "input")]
+
+    def create_output_buffer_by_name(self, signature_key: str, output_name: str) -> TensorBuffer:
+        s = self._signature(signature_key)
+        return self.create_output_buffers(s.index)[self._named(s, output_name, "output")]
+
+    # ---- backends ---------------------------------------------------------------------------
+    def _backend(self, s: SignatureInfo) -> Any:
+        with self._lock:
+            self._check_open()
+            backend = self._backends.get(s.index)
+            if backend is None:
+                backend = self._make_backend(s.subgraph)
+                self._backends[s.index] = backend
+            return backend
+
+    def _make_backend(self, subgraph: int) -> Any:
+        if self._plan.target is Target.REFERENCE:
+            if self._reference is None:
+                from ..backends.reference import ReferenceBackend
+
+                self._reference = ReferenceBackend(self._ir)
+            return _ReferenceSignature(self._reference, subgraph)
+        from ..backends.xla import XlaBackend, XlaState
+
+        precision = self._options.precision
+        if self._state is None:
+            self._state = XlaState(self._ir, self._environment.device(self._platform),
+                                   XlaBackend.storage_dtype(precision))
+        return XlaBackend(self._ir, subgraph, self._platform, precision=precision, state=self._state)
+
+    def reset_all_variables(self) -> None:
+        """Resource variables (and variable tensors) go back to their initial values; CALL_ONCE runs again."""
+        with self._lock:
+            self._check_open()
+            if self._state is not None:
+                self._state.variables = {}
+            if self._reference is not None:
+                self._reference.reset_variables()
+
+    # ---- running ----------------------------------------------------------------------------
+    def _input_value(self, s: SignatureInfo, i: int, value: Any) -> tuple[Any, Any]:
+        """(data for the backend, the buffer's event) after checking dtype and shape."""
+        name, t_index = s.inputs[i]
+        t = self._tensor(s, t_index)
+        expected_dtype = np.dtype(numpy_dtype(t.dtype))
+        expected_shape = tuple(self._input_shapes[s.index][i])
+        event = None
+        if isinstance(value, TensorBuffer):
+            event = value.event
+            data = value._data()
+        elif hasattr(value, "dtype") and hasattr(value, "shape"):
+            data = value
+        else:
+            data = np.asarray(value, dtype=expected_dtype)
+        dtype, shape = np.dtype(data.dtype), tuple(int(d) for d in data.shape)
+        if dtype != expected_dtype:
+            raise TensorBufferError(f"input {name!r} of signature {s.key!r} is {expected_dtype.name} "
+                                    f"{list(expected_shape)}; got {dtype.name} data")
+        if shape != expected_shape:
+            raise TensorBufferError(f"input {name!r} of signature {s.key!r} has shape {list(expected_shape)}; got "
+                                    f"{list(shape)} (call resize_input_tensor first to run another shape)")
+        return data, event
+
+    def _gather(self, s: SignatureInfo, inputs: Sequence[Any] | Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+        if isinstance(inputs, Mapping):
+            unknown = [k for k in inputs if k not in s.input_names]
+            missing = [n for n in s.input_names if n not in inputs]
+            if unknown or missing:
+                raise SignatureError(f"signature {s.key!r} takes inputs {s.input_names}; "
+                                     + (f"unknown: {unknown}" if unknown else "")
+                                     + ("; " if unknown and missing else "")
+                                     + (f"missing: {missing}" if missing else ""))
+            inputs = [inputs[n] for n in s.input_names]
+        if isinstance(inputs, (TensorBuffer, np.ndarray)) or not isinstance(inputs, Sequence):
+            raise InvalidArgumentError(f"inputs of signature {s.key!r} are a list (or a name -> buffer dict), "
+                                       f"not {type(inputs).__name__}")
+        if len(inputs) != len(s.inputs):
+            raise SignatureError(f"signature {s.key!r} takes {len(s.inputs)} input(s) {s.input_names}; "
+                                 f"got {len(inputs)}")
+        pairs = [self._input_value(s, i, v) for i, v in enumerate(inputs)]
+        return [d for d, _ in pairs], [e for _, e in pairs]
+
+    def _output_list(self, s: SignatureInfo, outputs: Sequence[TensorBuffer] | Mapping[str, TensorBuffer]
+                     ) -> list[TensorBuffer]:
+        if isinstance(outputs, Mapping):
+            unknown = [k for k in outputs if k not in s.output_names]
+            missing = [n for n in s.output_names if n not in outputs]
+            if unknown or missing:
+                raise SignatureError(f"signature {s.key!r} has outputs {s.output_names}; "
+                                     + (f"unknown: {unknown}" if unknown else "")
+                                     + ("; " if unknown and missing else "")
+                                     + (f"missing: {missing}" if missing else ""))
+            outputs = [outputs[n] for n in s.output_names]
+        if len(outputs) != len(s.outputs) or not all(isinstance(b, TensorBuffer) for b in outputs):
+            raise SignatureError(f"signature {s.key!r} has {len(s.outputs)} output(s) {s.output_names}; "
+                                 f"pass one TensorBuffer for each (got {len(outputs)})")
+        for (name, t), b in zip(s.outputs, outputs):
+            expected = np.dtype(numpy_dtype(self._tensor(s, t).dtype))
+            if b.dtype != expected:
+                raise TensorBufferError(f"output {name!r} of signature {s.key!r} is {expected.name}; the buffer "
+                                        f"given for it holds {b.dtype.name}")
+        return list(outputs)
+
+    def _execute(self, s: SignatureInfo, data: list[Any]) -> list[Any]:
+        """Run with inputs in signature order; results in signature order (a SignatureDef may order its
+        inputs and outputs differently from the subgraph)."""
+        sg = self._ir.subgraphs[s.subgraph]
+        by_tensor = {t: x for (_, t), x in zip(s.inputs, data)}
+        missing = [t for t in sg.inputs if t not in by_tensor]
+        if missing:
+            raise SignatureError(f"signature {s.key!r} does not name subgraph {s.subgraph}'s input tensor(s) {missing}")
+        results = self._backend(s).run([by_tensor[t] for t in sg.inputs])
+        produced = dict(zip(sg.outputs, results))
+        return [produced[t] for _, t in s.outputs]
+
+    def _dispatch(self, s: SignatureInfo, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        values = list(inputs.values()) if isinstance(inputs, Mapping) else (
+            list(inputs) if isinstance(inputs, Sequence) else [])
+        for value in values:
+            event = getattr(value, "event", None) if isinstance(value, TensorBuffer) else None
+            # A run's outputs are ordered by JAX itself; only host-side producers need a wait, outside the lock.
+            if event is not None and event.is_host:
+                event.wait()
+        with self._lock:
+            self._check_open()
+            data, _ = self._gather(s, inputs)
+            return self._execute(s, data)
+
+    def _run(self, signature: int | str, inputs: Any, outputs: Any, asynchronous: bool) -> Event | None:
+        s = self._signature(signature)
+        buffers = self._output_list(s, outputs) if outputs is not None else None
+        results = self._dispatch(s, inputs)
+        event = Event(results, on_complete=(lambda: [b._flush() for b in buffers]) if buffers else None)
+        if buffers is not None:
+            for b, value in zip(buffers, results):
+                b._set_result(value, event if asynchronous else None)
+        if asynchronous:
+            return event
+        event.wait()
+        return None
+
+    def run_by_index(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
+                     output_buffers: Sequence[TensorBuffer]) -> None:
+        """Run a signature; when this returns, the outputs hold the results."""
+        self._run(signature_index, input_buffers, output_buffers, asynchronous=False)
+
+    def run_by_name(self, signature_key: str, input_map: Mapping[str, TensorBuffer],
+                    output_map: Mapping[str, TensorBuffer]) -> None:
+        """Run a signature with buffers by name; unknown or missing names raise SignatureError."""
+        if not isinstance(input_map, Mapping) or not isinstance(output_map, Mapping):
+            raise InvalidArgumentError("run_by_name takes name -> TensorBuffer dicts for inputs and outputs")
+        self._run(signature_key, input_map, output_map, asynchronous=False)
+
+    def run_async(self, signature: int | str, input_buffers: Sequence[TensorBuffer] | Mapping[str, TensorBuffer],
+                  output_buffers: Sequence[TensorBuffer] | Mapping[str, TensorBuffer]) -> Event:
+        """Dispatch a run and return at once; the Event completes when the outputs are computed.
+
+        The output buffers hold the (future) device arrays right away, so they can be passed to the next
+        run without waiting (JAX orders the work); ``read()`` on them waits.  Buffers that wrap the
+        caller's host memory receive the results when the event is waited on or the buffer is read.
+        """
+        event = self._run(signature, input_buffers, output_buffers, asynchronous=True)
+        assert event is not None
+        return event
+
+    # ---- quick API --------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any], signature_key: str | int = 0) -> dict[str, np.ndarray]:
+        """numpy in, numpy out: ``model.run({"x": x}) -> {"y": y}``.
+
+        Dimensions that are -1 in the model's shape signature may take any size (compiled per shape);
+        dtypes and the other dimensions must match.
+        """
+        s = self._signature(signature_key)
+        if isinstance(inputs, Mapping):
+            missing = [n for n in s.input_names if n not in inputs]
+            unknown = [k for k in inputs if k not in s.input_names]
+            if missing or unknown:
+                raise SignatureError(f"signature {s.key!r} takes inputs {s.input_names}; got {list(inputs)}")
+            inputs = [inputs[n] for n in s.input_names]
+        if not isinstance(inputs, Sequence) or len(inputs) != len(s.inputs):
+            raise SignatureError(f"signature {s.key!r} takes {len(s.inputs)} input(s) {s.input_names}")
+        arrays = [self._quick_input(s, i, x) for i, x in enumerate(inputs)]
+        with self._lock:
+            self._check_open()
+            results = self._execute(s, arrays)
+        return {name: np.asarray(r) for (name, _), r in zip(s.outputs, results)}
+
+    def _quick_input(self, s: SignatureInfo, i: int, x: Any) -> Any:
+        name, t_index = s.inputs[i]
+        t = self._tensor(s, t_index)
+        dtype = np.dtype(numpy_dtype(t.dtype))
+        if isinstance(x, TensorBuffer):
+            x = x._data()
+        elif not (hasattr(x, "dtype") and hasattr(x, "shape")):
+            x = np.asarray(x, dtype=dtype)
+        if np.dtype(x.dtype) != dtype:
+            raise TensorBufferError(f"input {name!r} of signature {s.key!r} is {dtype.name}; got {np.dtype(x.dtype).name}")
+        current = tuple(self._input_shapes[s.index][i])
+        flexible = t.shape_signature if t.shape_signature is not None else current
+        shape = tuple(int(d) for d in x.shape)
+        if shape != current and (len(shape) != len(current) or any(
+                d != c and not (len(flexible) == len(current) and flexible[k] < 0)
+                for k, (d, c) in enumerate(zip(shape, current)))):
+            raise TensorBufferError(f"input {name!r} of signature {s.key!r} has shape {list(current)} (shape "
+                                    f"signature {list(flexible)}); got {list(shape)} (resize_input_tensor with "
+                                    "strict=False forces another shape)")
+        return x
+
+    def __call__(self, *inputs: Any, signature_key: str | int = 0, **named: Any) -> Any:
+        """``y = model(x)``: positional or keyword numpy inputs; one output comes back as an array,
+        several as a tuple in the signature's output order."""
+        if inputs and named:
+            raise InvalidArgumentError("pass the inputs either by position or by name, not both")
+        result = self.run(named if named else list(inputs), signature_key)
+        values = tuple(result.values())
+        return values[0] if len(values) == 1 else values
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else self.accelerator
+        return f"CompiledModel({self._ir.source!r}, {state}, signatures={[s.key for s in self._signatures]})"

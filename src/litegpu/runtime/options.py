@@ -1,0 +1,151 @@
+"""Per-model options, named as in ``ai_edge_litert`` so that code ports by changing the import."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from typing import Any
+
+from ..compile.precision import PRECISIONS, precision_policy
+from ..errors import CacheError, InvalidArgumentError
+
+
+class HardwareAccelerator(enum.IntFlag):
+    """Where a model may run; combine with ``|``.  GPU is the accelerator JAX sees (CUDA, ROCm).
+
+    ``GPU | CPU`` runs on the CPU, with a warning, where there is no GPU;
+    ``GPU`` alone raises ``AcceleratorUnavailableError`` there.  litegpu has
+    no NPU backend: ``NPU`` alone raises, ``NPU | CPU`` falls back to the CPU.
+    """
+
+    CPU = 1
+    GPU = 2
+    NPU = 4
+
+
+class CpuKernelMode(enum.IntEnum):
+    """The official package's CPU kernel choice; REFERENCE selects litegpu's numpy reference backend."""
+
+    DELEGATE = 0
+    XNNPACK = 0
+    REFERENCE = 1
+    BUILTIN = 2
+
+
+@dataclasses.dataclass
+class CpuOptions:
+    """CPU options.  ``num_threads`` is accepted for compatibility: XLA CPU sizes its own thread pool."""
+
+    num_threads: int = 0
+    kernel_mode: CpuKernelMode | None = None
+    enable_ynnpack: bool = False
+    xnnpack_flags: int | None = None
+    xnnpack_weight_cache_path: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_threads, int) or self.num_threads < 0:
+            raise InvalidArgumentError(f"CpuOptions.num_threads must be an int >= 0, got {self.num_threads!r}")
+
+
+@dataclasses.dataclass
+class GpuOptions:
+    """GPU options.  ``precision`` is "fp32" (default: results agree with the CPU), "fp16" or
+    "fp16_fp32_accum" (fp16 storage, fp32 arithmetic).  ``enforce_f32`` is the official spelling of fp32.
+    ``serialization_dir`` enables XLA's persistent compilation cache there; ``model_token`` names the model
+    in that cache.  The other fields exist for compatibility and change nothing here.
+    """
+
+    precision: str = "fp32"
+    serialization_dir: str | None = None
+    model_token: str | None = None
+    enforce_f32: bool = False
+    constant_tensor_sharing: bool = False
+    infinite_float_capping: bool = False
+    benchmark_mode: bool = False
+    allow_src_quantized_fc_conv_ops: bool = False
+    hint_waiting_for_completion: bool = False
+
+    def __post_init__(self) -> None:
+        precision_policy(self.precision)  # validates
+        if self.enforce_f32:
+            self.precision = "fp32"
+
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+def check_model_token(token: str | None) -> str | None:
+    """A model token becomes part of a cache file name: no separators, no '..', bounded length."""
+    if token is None:
+        return None
+    if not isinstance(token, str) or not _TOKEN.match(token) or token in (".", ".."):
+        raise CacheError(f"model_token {token!r} is not usable in a cache: use 1 to 128 of A-Z a-z 0-9 _ . -")
+    return token
+
+
+class Options:
+    """Options of one compiled model (``ai_edge_litert.options.Options`` plus litegpu's cache settings)."""
+
+    def __init__(self, hardware_accelerators: HardwareAccelerator | int = HardwareAccelerator.CPU,
+                 cpu_options: CpuOptions | None = None, gpu_options: GpuOptions | None = None,
+                 serialization_dir: str | None = None, model_token: str | None = None, **vendor_options: Any):
+        flags = int(hardware_accelerators)
+        if flags <= 0 or flags & ~7:
+            raise InvalidArgumentError(f"hardware_accelerators must combine CPU=1, GPU=2, NPU=4; got {flags!r}")
+        self.hardware_accelerators = HardwareAccelerator(flags)
+        self._cpu_options = cpu_options
+        self._gpu_options = gpu_options
+        self.serialization_dir = serialization_dir
+        self.model_token = check_model_token(model_token)
+        # qualcomm_options / intel_openvino_options of the official package: accepted, unused (no NPU here)
+        self.vendor_options = vendor_options
+
+    @classmethod
+    def create(cls) -> "Options":
+        return cls()
+
+    @property
+    def cpu_options(self) -> CpuOptions:
+        if self._cpu_options is None:
+            self._cpu_options = CpuOptions()
+        return self._cpu_options
+
+    @property
+    def gpu_options(self) -> GpuOptions:
+        if self._gpu_options is None:
+            self._gpu_options = GpuOptions()
+        return self._gpu_options
+
+    @property
+    def precision(self) -> str:
+        return self.gpu_options.precision
+
+    @property
+    def cache_dir(self) -> str | None:
+        return self.serialization_dir or self.gpu_options.serialization_dir
+
+    @property
+    def cache_token(self) -> str | None:
+        return self.model_token or check_model_token(self.gpu_options.model_token)
+
+    def __repr__(self) -> str:
+        return (f"Options(hardware_accelerators={self.hardware_accelerators!r}, cpu_options={self._cpu_options!r}, "
+                f"gpu_options={self._gpu_options!r}, serialization_dir={self.serialization_dir!r}, "
+                f"model_token={self.model_token!r})")
+
+
+def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator | int | None) -> Options:
+    """The official rule: either options or the hardware_accel shortcut, never both; default CPU."""
+    if options is not None:
+        if hardware_accel is not None:
+            raise InvalidArgumentError("Pass either options or hardware_accel, not both.")
+        if not isinstance(options, Options):
+            raise InvalidArgumentError(f"options must be litegpu.Options, got {type(options).__name__}")
+        return options
+    return Options(HardwareAccelerator.CPU if hardware_accel is None else hardware_accel,
+                   cpu_options=CpuOptions(num_threads=1))
+
+
+__all__ = ["CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options", "PRECISIONS",
+           "check_model_token", "resolve_options"]
