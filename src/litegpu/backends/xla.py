@@ -53,6 +53,12 @@ def available_platforms() -> set[str]:
     return found
 
 
+def _jaxlib_version() -> str:
+    import jaxlib
+
+    return getattr(jaxlib, "__version__", "unknown")
+
+
 def device_for(platform: str) -> Any:
     jax = jax_module()
     try:
@@ -145,7 +151,8 @@ class XlaBackend:
     """
 
     def __init__(self, model: Model, subgraph_index: int = 0, platform: str = "cpu", dtype_policy: Any = None, *,
-                 precision: Any = None, state: XlaState | None = None):
+                 precision: Any = None, state: XlaState | None = None, cache: Any = None,
+                 cache_key: dict | None = None):
         self.jax = jax_module()
         self.model = model
         self.subgraph_index = subgraph_index
@@ -157,6 +164,11 @@ class XlaBackend:
         self.compiled_shapes: set[tuple] = set()
         self._shapes: dict[tuple, list[tuple[tuple[int, ...], np.dtype]]] = {}
         self._program = self.jax.jit(self._trace)
+        # With a compile cache, compiled executables are serialized to disk and a later process
+        # loads them instead of tracing and compiling (see litegpu.compile.cache).
+        self.cache = cache
+        self.cache_key = dict(cache_key or {})
+        self._executables: dict[str, Any] = {}
 
     @staticmethod
     def storage_dtype(precision: Any) -> np.dtype:
@@ -211,8 +223,61 @@ class XlaBackend:
         """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous)."""
         args = self._place(inputs)
         self.compiled_shapes.add(_shape_key(args))
-        outputs, self.variables = self._program(self.params, self.variables, args)
+        program = self._program if self.cache is None else self._cached_executable(args)
+        outputs, self.variables = program(self.params, self.variables, args)
         return outputs
+
+    def _executable_key(self, args: Sequence[Any]) -> str:
+        from ..compile.cache import make_key
+
+        def layout(values: Any) -> list:
+            return [(tuple(v.shape), str(v.dtype)) for v in values]
+
+        variables = sorted((repr(k), tuple(np.shape(v)), str(v.dtype)) for k, v in self.variables.items())
+        return make_key({**self.cache_key, "subgraph": self.subgraph_index, "platform": self.platform,
+                         "device_kind": getattr(self.device, "device_kind", self.platform),
+                         "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
+                         "inputs": layout(args), "variables": variables,
+                         "jax": self.jax.__version__, "jaxlib": _jaxlib_version()})
+
+    def _cached_executable(self, args: Sequence[Any]) -> Any:
+        key = self._executable_key(args)
+        executable = self._executables.get(key)
+        if executable is None:
+            executable = self._load_executable(key)
+        if executable is None:
+            executable = self._program.lower(self.params, self.variables, args).compile()
+            self._store_executable(key, executable, args)
+        self._executables[key] = executable
+        return executable
+
+    def _load_executable(self, key: str) -> Any:
+        import pickle
+
+        from jax.experimental import serialize_executable
+
+        blob = self.cache.load(key)
+        if blob is None:
+            return None
+        try:
+            payload, in_tree, out_tree = pickle.loads(blob)
+            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        except Exception as e:  # checksummed, yet not loadable here (e.g. a changed runtime): rebuild it
+            self.cache.discard(key, f"cannot be loaded ({type(e).__name__}: {e})")
+            return None
+
+    def _store_executable(self, key: str, executable: Any, args: Sequence[Any]) -> None:
+        import pickle
+
+        from jax.experimental import serialize_executable
+
+        try:
+            payload, in_tree, out_tree = serialize_executable.serialize(executable)
+        except Exception:  # some platforms cannot serialize; the in-memory executable still runs
+            return
+        self.cache.store(key, pickle.dumps((payload, in_tree, out_tree)),
+                         {"model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
+                          "platform": self.platform, "inputs": [tuple(a.shape) for a in args]})
 
     def output_shapes(self, input_shapes: Sequence[tuple[tuple[int, ...], Any]]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """Output (shape, dtype) for inputs of these (shape, dtype), by tracing only (no compile, no run)."""

@@ -106,7 +106,7 @@ class CompileCache:
     def _meta_path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
-    def _discard(self, key: str, reason: str) -> None:
+    def discard(self, key: str, reason: str) -> None:
         warnings.warn(f"litegpu compile cache: discarding entry {key} in {self.directory}: {reason}; "
                       "it will be rebuilt", RuntimeWarning, stacklevel=3)
         for p in (self._entry_path(key), self._meta_path(key)):
@@ -128,24 +128,24 @@ class CompileCache:
         try:
             blob = path.read_bytes()
         except OSError as e:
-            self._discard(key, f"unreadable ({e.strerror})")
+            self.discard(key, f"unreadable ({e.strerror})")
             return None
         if len(blob) < _HEADER.size:
-            self._discard(key, "truncated header")
+            self.discard(key, "truncated header")
             return None
         magic, stored_key, length, digest = _HEADER.unpack_from(blob)
         payload = blob[_HEADER.size:]
         if magic != MAGIC:
-            self._discard(key, "not a litegpu cache entry (or written by another format version)")
+            self.discard(key, "not a litegpu cache entry (or written by another format version)")
             return None
         if stored_key.decode("ascii", "replace") != key:
-            self._discard(key, "written for another key")
+            self.discard(key, "written for another key")
             return None
         if length != len(payload):
-            self._discard(key, f"truncated: {len(payload)} of {length} payload bytes")
+            self.discard(key, f"truncated: {len(payload)} of {length} payload bytes")
             return None
         if xxhash.xxh3_128_digest(payload) != digest:
-            self._discard(key, "checksum mismatch (corrupt)")
+            self.discard(key, "checksum mismatch (corrupt)")
             return None
         try:
             os.utime(path)  # last use, for LRU eviction

@@ -14,6 +14,7 @@ compiled again, and cached, for each new input shape.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,27 @@ class _ReferenceSignature:
         self.backend.reset_variables()
 
 
+def litegpu_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("litegpu")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
+    """The default model token: a hash of the file's bytes (streamed over a memory map)."""
+    if model.source and os.path.isfile(model.source):
+        import mmap
+
+        with open(model.source, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return fingerprint(data)
+    from ..ir.save import to_bytes
+
+    return fingerprint(to_bytes(model))
+
+
 class CompiledModel:
     """A model compiled for one accelerator, with one program per signature.
 
@@ -83,8 +105,7 @@ class CompiledModel:
         self._closed = False
         self._fell_back = False
         self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
-        if self._options.cache_dir:
-            enable_compile_cache(self._options.cache_dir)
+        self._cache, self._cache_key = self._open_compile_cache()
         self._backends: dict[int, Any] = {}
         self._state: Any = None
         self._reference: Any = None
@@ -338,6 +359,17 @@ class CompiledModel:
                 self._backends[s.index] = backend
             return backend
 
+    def _open_compile_cache(self) -> tuple[Any, dict]:
+        """Our executable cache (and JAX's persistent cache beside it) when a serialization dir is set."""
+        directory = self._options.cache_dir
+        if not directory:
+            return None, {}
+        from ..compile.cache import CompileCache, fingerprint
+
+        enable_compile_cache(os.path.join(directory, "xla"))
+        token = self._options.cache_token or _model_fingerprint(self._ir, fingerprint)
+        return CompileCache(directory), {"model_token": token, "litegpu": litegpu_version()}
+
     def _make_backend(self, subgraph: int) -> Any:
         if self._plan.target is Target.REFERENCE:
             if self._reference is None:
@@ -351,7 +383,8 @@ class CompiledModel:
         if self._state is None:
             self._state = XlaState(self._ir, self._environment.device(self._platform),
                                    XlaBackend.storage_dtype(precision))
-        return XlaBackend(self._ir, subgraph, self._platform, precision=precision, state=self._state)
+        return XlaBackend(self._ir, subgraph, self._platform, precision=precision, state=self._state,
+                          cache=self._cache, cache_key=self._cache_key)
 
     def reset_all_variables(self) -> None:
         """Resource variables (and variable tensors) go back to their initial values; CALL_ONCE runs again."""

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ..compile.precision import PRECISIONS, precision_policy
+from ..compile.cache import validate_model_token
 from ..errors import CacheError, InvalidArgumentError
 
 
@@ -72,16 +73,9 @@ class GpuOptions:
             self.precision = "fp32"
 
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
-
-
 def check_model_token(token: str | None) -> str | None:
-    """A model token becomes part of a cache file name: no separators, no '..', bounded length."""
-    if token is None:
-        return None
-    if not isinstance(token, str) or not _TOKEN.match(token) or token in (".", ".."):
-        raise CacheError(f"model_token {token!r} is not usable in a cache: use 1 to 128 of A-Z a-z 0-9 _ . -")
-    return token
+    """A model token becomes part of cache keys and file names: see ``validate_model_token``."""
+    return None if token is None else validate_model_token(token)
 
 
 class Options:
