@@ -108,3 +108,11 @@ def test_unique_is_cpu_only_and_wants_1d():
     b.output(y, idx)
     with pytest.raises(LiteGpuError, match=r"UNIQUE \(#0\): input must be 1-D"):
         run_ours(read_model(to_bytes(b.build())), [np.zeros((2, 2), np.int32)], xla=False)
+
+
+def test_uint8_index_vectors_arrive_as_bytes_and_still_densify():
+    """Real sparse models (MediaPipe pose_detection) store CSR indices as Uint8Vector, which the IR keeps as bytes."""
+    from litegpu.ops.misc import _index_vector
+
+    assert list(_index_vector({"array_indices": {"values": b"\x00\x09\x0d"}}, "array_indices")) == [0, 9, 13]
+    assert list(_index_vector({"array_indices": {"values": (0, 300)}}, "array_indices")) == [0, 300]

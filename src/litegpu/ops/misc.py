@@ -18,7 +18,10 @@ def _index_vector(meta: Mapping, key: str) -> np.ndarray:
     vector = meta.get(key)
     if vector is None or vector.get("values") is None:
         return np.zeros(0, np.int64)
-    return np.asarray(vector["values"], np.int64)
+    values = vector["values"]
+    if isinstance(values, bytes):  # a Uint8Vector: the IR keeps byte vectors as bytes
+        return np.frombuffer(values, np.uint8).astype(np.int64)
+    return np.asarray(values, np.int64)
 
 
 def densify(values: np.ndarray, dense_shape: tuple[int, ...], sparsity: Mapping, where: str) -> np.ndarray:
