@@ -224,3 +224,24 @@ def test_run_with_signature_and_input(shared_models, tmp_path, capsys):
 def test_run_argument_errors_are_one_line(shared_models, capsys, argv, message):
     code, _, err = run_cli(capsys, "run", str(shared_models / "two_signatures_float32.tflite"), *argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cache_ls_verify_clear(tmp_path, capsys):
+    from litegpu.compile.cache import CompileCache, make_key
+
+    cache = CompileCache(tmp_path)
+    good, bad = make_key({"a": 1}), make_key({"b": 2})
+    cache.store(good, b"x" * 100, {"model": "m1"})
+    cache.store(bad, b"y" * 100, {"model": "m2"})
+    (tmp_path / f"{bad}.bin").write_bytes(b"broken")
+    assert main(["cache", "ls", str(tmp_path)]) == 0
+    assert "2 entries" in capsys.readouterr().out
+    assert main(["cache", "verify", str(tmp_path)]) == 1
+    assert "1 bad entries removed" in capsys.readouterr().out
+    assert main(["cache", "verify", str(tmp_path)]) == 0
+    assert main(["cache", "clear", str(tmp_path)]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+
+
+def test_cache_on_missing_directory(tmp_path, capsys):
+    assert main(["cache", "ls", str(tmp_path / "nope")]) == 2
