@@ -80,3 +80,48 @@ def random_input(shape: Sequence[int], dtype: str | np.dtype = np.float32, seed:
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, int(low * 10)), min(info.max, int(high * 10)) + 1, size=shape).astype(dtype)
     return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def one_op_model(op: str, inputs: Sequence, outputs: Sequence, *, input_quant=None, output_quant=None,
+                 version: int = 1, **options):
+    """A model of one op, and the arrays to feed it.
+
+    ``inputs``: an array (a model input), ``("const", array)`` (a constant) or None (an omitted optional
+    input).  ``input_quant`` maps input positions to quantization (a mapping or a sequence).
+    ``outputs``: ``(shape, dtype)`` or ``(shape, dtype, quantization)``; ``output_quant`` is the default.
+    """
+    from litegpu.ir.builder import ModelBuilder
+    from litegpu.ir.dtypes import from_numpy
+
+    quant = dict(enumerate(input_quant)) if isinstance(input_quant, (list, tuple)) else dict(input_quant or {})
+    b = ModelBuilder()
+    ids, feeds = [], []
+    for k, a in enumerate(inputs):
+        if a is None:
+            ids.append(-1)
+        elif isinstance(a, tuple) and a[0] == "const":
+            ids.append(b.constant(f"c{k}", a[1], quantization=quant.get(k)))
+        else:
+            a = np.asarray(a)
+            ids.append(b.input(f"x{k}", a.shape, from_numpy(a.dtype), quantization=quant.get(k)))
+            feeds.append(a)
+    outs = [b.tensor(f"y{k}", o[0], o[1], quantization=o[2] if len(o) > 2 else output_quant)
+            for k, o in enumerate(outputs)]
+    b.op(op, ids, outs, version=version, **options)
+    b.output(*outs)
+    return b.build(), feeds
+
+
+def check_built(built) -> list[np.ndarray]:
+    """``check_op_model`` on a ``(model, feeds)`` pair from ``one_op_model``."""
+    model, feeds = built
+    return check_op_model(model, feeds)
+
+
+def assert_reference_rejects(built, match: str) -> None:
+    """Our reference backend refuses the ``(model, feeds)`` pair with a LiteGpuError matching ``match``."""
+    from litegpu.errors import LiteGpuError
+
+    model, feeds = built
+    with pytest.raises(LiteGpuError, match=match):
+        ReferenceBackend(model).run(feeds)

@@ -1,11 +1,8 @@
 import numpy as np
 import pytest
 
-from litegpu.backends import ReferenceBackend
-from litegpu.errors import LiteGpuError
-from litegpu.ir.builder import ModelBuilder, quantization
-from litegpu.ir.dtypes import from_numpy
-from oracle import check_op_model, random_input
+from litegpu.ir.builder import quantization
+from oracle import assert_reference_rejects, check_built, one_op_model, random_input
 
 
 def const(value, dtype=np.int32):
@@ -13,31 +10,15 @@ def const(value, dtype=np.int32):
 
 
 def one_op(op, inputs, outputs, in_quant=None, **options):
-    """A one-op model: inputs are arrays (model inputs) or ("const", array); outputs (shape, dtype[, quant])."""
-    b = ModelBuilder()
-    ids, feeds = [], []
-    for k, a in enumerate(inputs):
-        if isinstance(a, tuple) and a[0] == "const":
-            ids.append(b.constant(f"c{k}", a[1]))
-        else:
-            a = np.asarray(a)
-            ids.append(b.input(f"x{k}", a.shape, from_numpy(a.dtype), quantization=in_quant if k == 0 else None))
-            feeds.append(a)
-    outs = [b.tensor(f"y{k}", o[0], o[1], quantization=o[2] if len(o) > 2 else None) for k, o in enumerate(outputs)]
-    b.op(op, ids, outs, **options)
-    b.output(*outs)
-    return b.build(), feeds
+    return one_op_model(op, inputs, outputs, input_quant={0: in_quant}, **options)
 
 
 def check(op, inputs, outputs, **kwargs):
-    model, feeds = one_op(op, inputs, outputs, **kwargs)
-    return check_op_model(model, feeds)
+    return check_built(one_op(op, inputs, outputs, **kwargs))
 
 
 def assert_rejected(op, inputs, outputs, **kwargs):
-    model, feeds = one_op(op, inputs, outputs, **kwargs)
-    with pytest.raises(LiteGpuError, match=op):
-        ReferenceBackend(model).run(feeds)
+    assert_reference_rejects(one_op(op, inputs, outputs, **kwargs), match=op)
 
 
 def reduced_shape(shape, axes, keep_dims):

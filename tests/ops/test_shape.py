@@ -1,11 +1,8 @@
 import numpy as np
 import pytest
 
-from litegpu.backends import ReferenceBackend
-from litegpu.errors import LiteGpuError
 from litegpu.ir.builder import ModelBuilder, quantization
-from litegpu.ir.dtypes import from_numpy
-from oracle import check_op_model, random_input
+from oracle import assert_reference_rejects, check_built, check_op_model, one_op_model, random_input
 
 DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
 
@@ -14,32 +11,15 @@ def const(value, dtype=np.int32):
     return ("const", np.asarray(value, dtype))
 
 
-def one_op(op, inputs, outputs, version=1, **options):
-    """A one-op model: inputs are arrays (model inputs) or ("const", array); outputs (shape, dtype[, quant])."""
-    b = ModelBuilder()
-    ids, feeds = [], []
-    for k, a in enumerate(inputs):
-        if isinstance(a, tuple) and a[0] == "const":
-            ids.append(b.constant(f"c{k}", a[1]))
-        else:
-            a = np.asarray(a)
-            ids.append(b.input(f"x{k}", a.shape, from_numpy(a.dtype)))
-            feeds.append(a)
-    outs = [b.tensor(f"y{k}", o[0], o[1], quantization=o[2] if len(o) > 2 else None) for k, o in enumerate(outputs)]
-    b.op(op, ids, outs, version=version, **options)
-    b.output(*outs)
-    return b.build(), feeds
+one_op = one_op_model
 
 
 def check(op, inputs, outputs, **kwargs):
-    model, feeds = one_op(op, inputs, outputs, **kwargs)
-    return check_op_model(model, feeds)
+    return check_built(one_op(op, inputs, outputs, **kwargs))
 
 
 def assert_rejected(op, inputs, outputs, **kwargs):
-    model, feeds = one_op(op, inputs, outputs, **kwargs)
-    with pytest.raises(LiteGpuError, match=op):
-        ReferenceBackend(model).run(feeds)
+    assert_reference_rejects(one_op(op, inputs, outputs, **kwargs), match=op)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

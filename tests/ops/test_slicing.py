@@ -2,10 +2,7 @@ import numpy as np
 import pytest
 
 from litegpu.backends import ReferenceBackend
-from litegpu.errors import LiteGpuError
-from litegpu.ir.builder import ModelBuilder
-from litegpu.ir.dtypes import from_numpy
-from oracle import check_op_model, random_input
+from oracle import assert_reference_rejects, check_built, one_op_model, random_input
 
 DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
 
@@ -14,28 +11,11 @@ def const(value, dtype=np.int32):
     return ("const", np.asarray(value, dtype))
 
 
-def one_op(op, inputs, outputs, **options):
-    """A one-op model: inputs are arrays (model inputs), ("const", array) or None; outputs (shape, dtype)."""
-    b = ModelBuilder()
-    ids, feeds = [], []
-    for k, a in enumerate(inputs):
-        if a is None:
-            ids.append(-1)
-        elif isinstance(a, tuple) and a[0] == "const":
-            ids.append(b.constant(f"c{k}", a[1]))
-        else:
-            a = np.asarray(a)
-            ids.append(b.input(f"x{k}", a.shape, from_numpy(a.dtype)))
-            feeds.append(a)
-    outs = [b.tensor(f"y{k}", shape, dtype) for k, (shape, dtype) in enumerate(outputs)]
-    b.op(op, ids, outs, **options)
-    b.output(*outs)
-    return b.build(), feeds
+one_op = one_op_model
 
 
 def check(op, inputs, outputs, **options):
-    model, feeds = one_op(op, inputs, outputs, **options)
-    return check_op_model(model, feeds)
+    return check_built(one_op(op, inputs, outputs, **options))
 
 
 def check_inferring_shape(op, inputs, dtype, **options):
@@ -46,9 +26,7 @@ def check_inferring_shape(op, inputs, dtype, **options):
 
 
 def assert_rejected(op, inputs, outputs, **options):
-    model, feeds = one_op(op, inputs, outputs, **options)
-    with pytest.raises(LiteGpuError, match=op):
-        ReferenceBackend(model).run(feeds)
+    assert_reference_rejects(one_op(op, inputs, outputs, **options), match=op)
 
 
 # ---- SLICE

@@ -60,6 +60,16 @@ class _ReferenceSignature:
         self.backend.reset_variables()
 
 
+def _in_signature_order(by_name: Mapping[str, Any], names: Sequence[str], what: str) -> list[Any]:
+    """A name -> value map as a list in signature order; unknown or missing names are an error."""
+    unknown = [k for k in by_name if k not in names]
+    missing = [n for n in names if n not in by_name]
+    if unknown or missing:
+        problems = ([f"unknown: {unknown}"] if unknown else []) + ([f"missing: {missing}"] if missing else [])
+        raise SignatureError(f"{what} {list(names)}; {'; '.join(problems)}")
+    return [by_name[n] for n in names]
+
+
 def litegpu_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -421,14 +431,7 @@ class CompiledModel:
 
     def _gather(self, s: SignatureInfo, inputs: Sequence[Any] | Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
         if isinstance(inputs, Mapping):
-            unknown = [k for k in inputs if k not in s.input_names]
-            missing = [n for n in s.input_names if n not in inputs]
-            if unknown or missing:
-                raise SignatureError(f"signature {s.key!r} takes inputs {s.input_names}; "
-                                     + (f"unknown: {unknown}" if unknown else "")
-                                     + ("; " if unknown and missing else "")
-                                     + (f"missing: {missing}" if missing else ""))
-            inputs = [inputs[n] for n in s.input_names]
+            inputs = _in_signature_order(inputs, s.input_names, f"signature {s.key!r} takes inputs")
         if isinstance(inputs, (TensorBuffer, np.ndarray)) or not isinstance(inputs, Sequence):
             raise InvalidArgumentError(f"inputs of signature {s.key!r} are a list (or a name -> buffer dict), "
                                        f"not {type(inputs).__name__}")
@@ -441,14 +444,7 @@ class CompiledModel:
     def _output_list(self, s: SignatureInfo, outputs: Sequence[TensorBuffer] | Mapping[str, TensorBuffer]
                      ) -> list[TensorBuffer]:
         if isinstance(outputs, Mapping):
-            unknown = [k for k in outputs if k not in s.output_names]
-            missing = [n for n in s.output_names if n not in outputs]
-            if unknown or missing:
-                raise SignatureError(f"signature {s.key!r} has outputs {s.output_names}; "
-                                     + (f"unknown: {unknown}" if unknown else "")
-                                     + ("; " if unknown and missing else "")
-                                     + (f"missing: {missing}" if missing else ""))
-            outputs = [outputs[n] for n in s.output_names]
+            outputs = _in_signature_order(outputs, s.output_names, f"signature {s.key!r} has outputs")
         if len(outputs) != len(s.outputs) or not all(isinstance(b, TensorBuffer) for b in outputs):
             raise SignatureError(f"signature {s.key!r} has {len(s.outputs)} output(s) {s.output_names}; "
                                  f"pass one TensorBuffer for each (got {len(outputs)})")
