@@ -84,9 +84,15 @@ class _Binary(Op):
     def validate(self, ctx: OpContext, x: Any, y: Any) -> None:
         """Data checks the official kernel makes (reference backend only)."""
 
+    # The affine-quantized int8/uint8 kernel, for ops that have one (ADD, MUL). Others that accept
+    # int8 (FLOOR_DIV, MAXIMUM, ...) compute on the raw integers, as the official kernels do.
+    quantized: Any = None
+
     def compute(self, ctx: OpContext, x: Any, y: Any) -> Any:
         check_same_dtype(ctx, x, y)
         broadcast_shape(ctx, x, y)
+        if self.quantized is not None and ctx.input(0).dtype in QUANTIZED_8BIT:
+            return self.quantized(ctx, x, y)
         self.validate(ctx, x, y)
         with np.errstate(all="ignore"):
             result = self.apply(ctx.xp, x, y)
@@ -101,12 +107,8 @@ class Add(_Binary):
     dtypes = FLOAT_AND_INT + QUANTIZED_8BIT
     clamps_result = True
 
-    def compute(self, ctx, x, y):
-        if ctx.input(0).dtype in QUANTIZED_8BIT:
-            check_same_dtype(ctx, x, y)
-            broadcast_shape(ctx, x, y)
-            return _quantized_add(ctx, ctx.xp, x, y)
-        return super().compute(ctx, x, y)
+    def quantized(self, ctx, x, y):
+        return _quantized_add(ctx, ctx.xp, x, y)
 
     def apply(self, xp, x, y):
         return x + y
@@ -125,12 +127,8 @@ class Mul(_Binary):
     dtypes = FLOAT_AND_INT + QUANTIZED_8BIT
     clamps_result = True
 
-    def compute(self, ctx, x, y):
-        if ctx.input(0).dtype in QUANTIZED_8BIT:
-            check_same_dtype(ctx, x, y)
-            broadcast_shape(ctx, x, y)
-            return _quantized_mul(ctx, ctx.xp, x, y)
-        return super().compute(ctx, x, y)
+    def quantized(self, ctx, x, y):
+        return _quantized_mul(ctx, ctx.xp, x, y)
 
     def apply(self, xp, x, y):
         return x * y
