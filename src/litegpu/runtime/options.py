@@ -9,6 +9,7 @@ from typing import Any
 
 from ..compile.precision import PRECISIONS, precision_policy
 from ..compile.cache import validate_model_token
+from ..compile.float_view import check_quantized_execution
 from ..errors import CacheError, InvalidArgumentError
 
 
@@ -54,7 +55,10 @@ class GpuOptions:
     """GPU options.  ``precision`` is "fp32" (default: results agree with the CPU), "fp16" or
     "fp16_fp32_accum" (fp16 storage, fp32 arithmetic).  ``enforce_f32`` is the official spelling of fp32.
     ``serialization_dir`` enables XLA's persistent compilation cache there; ``model_token`` names the model
-    in that cache.  The other fields exist for compatibility and change nothing here.
+    in that cache.  ``quantized_execution`` is how quantized models run on the GPU: "float" (default, as the
+    LiteRT GPU delegate: in float with fake quantization, see ``litegpu.compile.float_view``) or "integer"
+    (the exact integer kernels, bit-equal to the CPU).  The other fields exist for compatibility and change
+    nothing here.
     """
 
     precision: str = "fp32"
@@ -66,9 +70,11 @@ class GpuOptions:
     benchmark_mode: bool = False
     allow_src_quantized_fc_conv_ops: bool = False
     hint_waiting_for_completion: bool = False
+    quantized_execution: str = "float"
 
     def __post_init__(self) -> None:
         precision_policy(self.precision)  # validates
+        check_quantized_execution(self.quantized_execution)
         if self.enforce_f32:
             self.precision = "fp32"
 
