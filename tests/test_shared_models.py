@@ -80,3 +80,46 @@ def test_float_model_matches_official_reference_kernels(shared_models, name, bac
             assert actual.dtype == expected.dtype, f"{key}/{output_name}"
             err = relative_error(actual, expected)
             assert err <= 1e-4, f"{name} {key}/{output_name}: relative error {err:.2e} on {backend}"
+
+
+def stateful_steps(path: Path, key: str) -> list[tuple[dict, dict]]:
+    """[(inputs, out_ref)] of the first call and then step1, step2, ... in order."""
+    with np.load(path) as z:
+        def part(prefix: str, kind: str) -> dict:
+            return {k.rsplit("/", 1)[1]: z[k] for k in z.files if k.startswith(f"{prefix}/{kind}/")}
+        steps = [(part(key, "in"), part(key, "out_ref"))]
+        while part(f"{key}/step{len(steps)}", "in"):
+            steps.append((part(f"{key}/step{len(steps)}", "in"), part(f"{key}/step{len(steps)}", "out_ref")))
+    return steps
+
+
+@pytest.mark.parametrize("backend", ["reference", "compiled_model"])
+def test_microwakeword_int8_streaming_matches_official_reference_kernels(shared_models, backend):
+    """Streaming int8 model with resource variables: every call of the recorded sequence,
+    state carried between calls, bit-exact against the official builtin kernels."""
+    path = shared_models / "microwakeword_okay_nabu.tflite"
+    steps = stateful_steps(shared_models / "microwakeword_okay_nabu.reference.npz", "serving_default")
+    assert len(steps) == 12
+    if backend == "reference":
+        model = read_model(path)
+        _, in_pos, out_pos = signature_io(model, "serving_default")
+        runner = ReferenceBackend(model)
+
+        def call(inputs: dict) -> dict:
+            ordered: list = [None] * len(in_pos)
+            for name, value in inputs.items():
+                ordered[in_pos[name]] = value
+            got = runner.run(ordered, subgraph_index=0)
+            return {name: got[i] for name, i in out_pos.items()}
+    else:
+        import litegpu
+
+        compiled = litegpu.CompiledModel.from_file(str(path), hardware_accel=litegpu.HardwareAccelerator.CPU)
+
+        def call(inputs: dict) -> dict:
+            return compiled.run(inputs, signature_key="serving_default")
+    for n, (inputs, expected) in enumerate(steps):
+        got = call(inputs)
+        for name, want in expected.items():
+            assert got[name].dtype == want.dtype and got[name].shape == want.shape, f"step {n} {name}"
+            np.testing.assert_array_equal(got[name], want, err_msg=f"step {n} {name} on {backend}")

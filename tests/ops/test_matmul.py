@@ -3,7 +3,7 @@ import pytest
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
-from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.builder import ModelBuilder, quantization
 from oracle import check_op_model, random_input
 
 
@@ -68,7 +68,8 @@ def test_fully_connected_rejects_indivisible_input():
 
 
 @pytest.mark.parametrize("weights_dtype,activation,expected", [
-    (np.int8, "NONE", "int8 weights"),
+    (np.int16, "NONE", "int16 weights"),  # int8 / int4 / int2 weights are the hybrid kernel
+    (np.int8, "TANH", None),  # ... which takes any fused activation
     (np.float32, "TANH", "fused activation TANH"),  # the official Prepare rejects it too
     (np.float32, "RELU6", None),
 ])
@@ -77,7 +78,8 @@ def test_fully_connected_unsupported_reason(weights_dtype, activation, expected)
 
     b = ModelBuilder()
     x = b.input("x", (2, 4))
-    w = b.constant("w", np.ones((3, 4), weights_dtype))
+    w = b.constant("w", np.ones((3, 4), weights_dtype),
+                   quantization=None if weights_dtype == np.float32 else quantization(0.1, 0))
     y = b.tensor("y", (2, 3))
     b.op("FULLY_CONNECTED", [x, w, -1], [y], fused_activation_function=activation)
     b.output(y)

@@ -105,3 +105,92 @@ def requantize_accumulator(xp: Any, acc: Any, multiplier: Any, shift: Any, zero_
         scaled = xp.where(xp.asarray(ruy), ruy_multiply_by_quantized_multiplier(xp, acc, multiplier, shift),
                           fp.multiply_by_quantized_multiplier(xp, acc, multiplier, shift))
     return xp.clip(scaled + zero_point, low, high)
+
+
+# --- 8-bit lookup tables (LUTPopulate<int8/uint8>) and the float32 libm emulation they need.
+# Added for quantized activations / unary ops (activations.py, unary.py). ---
+
+def libm_f32(fn: Any, x: np.ndarray) -> np.ndarray:
+    """A float32 C math function (``expf``, ``tanhf``...) as glibc computes it: the float64
+    result rounded to float32, which is the correctly rounded value glibc gives in practice."""
+    with np.errstate(all="ignore"):
+        return fn(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
+
+
+def lut_8bit(transform: Any, input_scale: float, input_zero_point: int, output_scale: float,
+             output_zero_point: int, dtype: str) -> np.ndarray:
+    """``LUTPopulate`` for int8/uint8: entry ``i`` holds the output for the input value ``min + i``.
+
+    The official table is built in float32: dequantize, ``transform`` (float32 -> float32),
+    multiply by the float32 reciprocal of the output scale, ``roundf``, add the zero point,
+    truncate to int32 (x86: NaN / out of range give INT32_MIN), clamp."""
+    low, high = dtype_limits(dtype)
+    values = np.arange(low, high + 1, dtype=np.int64)
+    with np.errstate(all="ignore"):
+        dequantized = np.float32(input_scale) * (values - input_zero_point).astype(np.float32)
+        transformed = np.asarray(transform(dequantized), np.float32)
+        inverse_scale = np.float32(1) / np.float32(output_scale)
+        rescaled = fp.round_half_away_from_zero(np, transformed * inverse_scale)
+        quantized = fp.float_to_int32_like_x86(np, rescaled + np.float32(output_zero_point))
+    return np.clip(quantized, low, high).astype(numpy_dtype(dtype))
+
+
+def lookup_8bit(xp: Any, table: np.ndarray, x: Any, dtype: str) -> Any:
+    """``table[x - min]`` for int8/uint8 ``x``: a gather on XLA."""
+    low, _ = dtype_limits(dtype)
+    return xp.take(xp.asarray(table), x.astype(xp.int32) - low)
+
+
+# --- hybrid (dynamic-range) kernels: float activations quantized on the fly ----------
+# (conv.py: CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV with float input and int8 weights)
+
+def symmetric_quantize_batches(xp: Any, x: Any) -> tuple[Any, Any]:
+    """``SymmetricQuantizeFloats`` of each batch (leading axis) of a float32 array:
+    int8 values in [-127, 127] and one float32 scale per batch (1 for an all-zero batch).
+    The scale is range / 127, the quantization multiplies by 127 / range (both float32)
+    and rounds half away from zero, as the portable kernel does."""
+    rows = x.reshape(x.shape[0], -1).astype(xp.float32)
+    value_range = xp.max(xp.abs(rows), axis=1) if rows.shape[1] else xp.zeros(rows.shape[0], xp.float32)
+    empty = value_range == 0
+    safe = xp.where(empty, xp.float32(1), value_range)
+    scale = xp.where(empty, xp.float32(1), safe / xp.float32(127)).astype(xp.float32)
+    inverse = (xp.float32(127) / safe).astype(xp.float32)
+    scaled = (rows * inverse[:, None]).astype(xp.float32)
+    values = xp.clip(fp.round_half_away_from_zero(xp, scaled), -127, 127)
+    values = xp.where(empty[:, None], 0, values).astype(xp.int64)
+    return values.reshape(x.shape), scale
+
+
+def asymmetric_quantize_batches(xp: Any, x: Any) -> tuple[Any, Any, Any]:
+    """``AsymmetricQuantizeFloats`` of each batch (leading axis) of a float32 array:
+    int8 values, a float32 scale and an int zero point per batch.  The range always
+    includes 0; scale and zero point are chosen in double precision (the zero point
+    from whichever end loses less, nudged into [-128, 127]); values are
+    round(zero_point + x * float32(1 / scale)) in float32, clamped."""
+    rows = x.reshape(x.shape[0], -1).astype(xp.float32)
+    if rows.shape[1]:
+        rmin = xp.minimum(xp.min(rows, axis=1), 0).astype(xp.float64)
+        rmax = xp.maximum(xp.max(rows, axis=1), 0).astype(xp.float64)
+    else:
+        rmin = rmax = xp.zeros(rows.shape[0], xp.float64)
+    flat = rmin == rmax
+    scale64 = xp.where(flat, 1.0, (rmax - rmin) / 255.0)
+    from_min, from_max = -128.0 - rmin / scale64, 127.0 - rmax / scale64
+    min_error = 128.0 + xp.abs(rmin / scale64)
+    max_error = 127.0 + xp.abs(rmax / scale64)
+    zero_point = xp.where(min_error < max_error, from_min, from_max)
+    zero_point = xp.where(zero_point <= -128, -128,
+                          xp.where(zero_point >= 127, 127, fp.round_half_away_from_zero(xp, zero_point)))
+    zero_point = xp.where(flat, 0, zero_point).astype(xp.int64)
+    scale = xp.where(flat, 1.0, scale64).astype(xp.float32)
+    inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
+    shifted = (zero_point.astype(xp.float32)[:, None] + (rows * inverse[:, None]).astype(xp.float32)).astype(xp.float32)
+    values = xp.clip(fp.round_half_away_from_zero(xp, shifted), -128, 127)
+    values = xp.where(flat[:, None], 0, values).astype(xp.int64)
+    return values.reshape(x.shape), scale, zero_point
+
+
+def is_affine_tensor(t: Any) -> bool:
+    """The tensor carries at least one scale (any integer dtype, packed ones included)."""
+    return t is not None and t.quantization is not None and t.quantization.is_affine
+

@@ -313,17 +313,42 @@ class ReverseV2(Op):
 
 @register("EMBEDDING_LOOKUP")
 class EmbeddingLookup(Op):
-    dtypes = ("float32",)
+    """Rows of a table.  An int8 / uint8 / int4 table is the hybrid kernel: the rows come
+    out as float32 ``value * scale`` (the row's own scale when there is one per row).  As
+    the official kernel, it reads uint8 bytes as int8 and ignores zero points (measured)."""
+
+    dtypes = ("float32", "int8", "uint8", "int4")
 
     def input_dtype(self, op, subgraph):
         return subgraph.tensors[op.inputs[1]].dtype
+
+    def unsupported_reason(self, op, subgraph, target):
+        reason = super().unsupported_reason(op, subgraph, target)
+        table = subgraph.tensors[op.inputs[1]]
+        if reason is None and table.dtype != "float32":
+            if table.quantization is None or not table.quantization.is_affine:
+                return f"a {table.dtype} table needs a quantization scale"
+            if subgraph.tensors[op.outputs[0]].dtype != "float32":
+                return f"{table.dtype} table with {subgraph.tensors[op.outputs[0]].dtype} output is not supported"
+        return reason
 
     def compute(self, ctx: OpContext, ids: Any, table: Any) -> Any:
         if ids.ndim != 1 or table.ndim < 2:
             raise ModelExecutionError(f"{ctx.op}: expected 1-D ids and a table of rank >= 2, got "
                                       f"{tuple(ids.shape)} and {tuple(table.shape)}")
         _check_indices(ctx, ids, table.shape[0], "id")
-        return table[ids]
+        rows = ctx.xp.asarray(table)[ids]  # a numpy table cannot be indexed by traced ids
+        if ctx.input(1).dtype == "float32":
+            return rows
+        xp = ctx.xp
+        scales = np.asarray(ctx.input(1).quantization.scale, np.float32)
+        if scales.size > 1:
+            if scales.size != table.shape[0]:
+                raise ModelExecutionError(f"{ctx.op}: table has {scales.size} scales for {table.shape[0]} rows")
+            scale = xp.asarray(scales)[ids].reshape((-1,) + (1,) * (table.ndim - 1))
+        else:
+            scale = scales[0]
+        return rows.astype(xp.int8).astype(xp.float32) * scale
 
 
 @register("ONE_HOT")
