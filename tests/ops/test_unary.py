@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
+from oracle import check_op_model, random_input
 
 from litegpu.ir.builder import ModelBuilder
-from oracle import check_op_model, random_input
 
 SHAPES = [(), (1,), (2, 3, 4), (1, 2, 1, 3, 1, 2), (0, 3)]
 POSITIVE_DOMAIN = {"LOG", "SQRT", "RSQRT"}
@@ -66,3 +66,44 @@ def test_int_abs_and_neg_wrap_at_the_minimum_like_official():
     x = np.array([np.iinfo(np.int32).min, -5, 0, 7], np.int32)
     for op in ("ABS", "NEG"):
         check_op_model(unary_model(op, x.shape, "int32"), [x])
+
+
+# --- quantized ABS (int8 / int16) and LOG (int8), exact ------------------------------------------
+
+from oracle import assert_reference_rejects, check_built, one_op_model
+
+from litegpu.ir.builder import quantization
+
+INT8_EVERY_VALUE = np.arange(-128, 128).reshape(4, 64).astype(np.int8)
+
+
+@pytest.mark.parametrize("qin,qout", [((0.05, -10), (0.05, -10)), ((0.05, -10), (0.03, -100)), ((0.02, 0), (0.04, 0)),
+                                      ((0.006, -128), (0.0035, 127)), ((0.1, 127), (0.01, -128))], ids=str)
+def test_quantized_int8_abs_matches_official(qin, qout):
+    x = INT8_EVERY_VALUE
+    check_built(one_op_model("ABS", [x], [(x.shape, "int8", quantization(*qout))], input_quant=[quantization(*qin)]))
+
+
+@pytest.mark.parametrize("scales", [(0.001, 0.001), (0.001, 0.0007), (0.002, 0.01)], ids=str)
+def test_quantized_int16_abs_matches_official(scales):
+    x = np.concatenate([[-32768, -32767, -1, 0, 1, 32767], np.linspace(-32768, 32767, 250).round()]).astype(np.int16)
+    check_built(one_op_model("ABS", [x], [(x.shape, "int16", quantization(scales[1], 0))],
+                             input_quant=[quantization(scales[0], 0)]))
+
+
+def test_unquantized_int16_abs_matches_official():
+    x = np.array([-32768, -32767, -5, 0, 7, 32767], np.int16)
+    check_op_model(unary_model("ABS", x.shape, "int16"), [x])
+
+
+@pytest.mark.parametrize("qin,qout", [((0.05, -10), (0.03, -100)), ((0.02, 0), (0.04, 0)), ((0.006, -128), (0.05, 127)),
+                                      ((0.1, 127), (0.02, -128)), ((1.5, -3), (0.03, 20))], ids=str)
+def test_quantized_int8_log_matches_official(qin, qout):
+    x = INT8_EVERY_VALUE
+    check_built(one_op_model("LOG", [x], [(x.shape, "int8", quantization(*qout))], input_quant=[quantization(*qin)]))
+
+
+def test_quantized_int16_abs_needs_zero_points_of_zero():
+    x = np.array([-3, 4], np.int16)
+    built = one_op_model("ABS", [x], [(x.shape, "int16", quantization(0.1, 0))], input_quant=[quantization(0.1, 5)])
+    assert_reference_rejects(built, "ABS")

@@ -1,4 +1,5 @@
-"""MAX_POOL_2D, AVERAGE_POOL_2D, L2_POOL_2D on NHWC float32, with fused activations.
+"""MAX_POOL_2D, AVERAGE_POOL_2D, L2_POOL_2D on NHWC float32, with fused activations;
+MAX and AVERAGE also on int8 / uint8 / int16 (the stored integers, no rescaling).
 
 Windows never read padding: the max is over the in-bounds pixels, the average
 and the L2 mean divide by the number of in-bounds pixels of each window (not
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from . import _quantized as qz
 from .common import explicit_padding, fused_activation
 from .registry import Op, OpContext, register
 
@@ -51,11 +53,17 @@ class _Pool(Op):
 
     def reference(self, ctx: OpContext, x: np.ndarray) -> np.ndarray:
         window, strides, pads, out_hw = _pool_geometry(ctx, x.shape)
+        if x.dtype.kind in "iu":
+            y = self.pool_taps_quantized(x, window, strides, pads, out_hw)
+            return np.clip(y, *_quantized_activation_range(ctx))
         y = self.pool_taps(x.astype(np.float32), window, strides, pads, out_hw)
         return fused_activation(np, y, ctx.options.fused_activation_function)
 
     def lower(self, ctx: OpContext, x: Any) -> Any:
         window, strides, pads, out_hw = _pool_geometry(ctx, x.shape)
+        if np.dtype(x.dtype).kind in "iu":
+            y = self.pool_xla_quantized(ctx, x, window, strides, pads, out_hw)
+            return ctx.xp.clip(y, *_quantized_activation_range(ctx))
         y = self.pool_xla(ctx, x, window, strides, pads, out_hw)
         return fused_activation(ctx.xp, y, ctx.options.fused_activation_function)
 
@@ -65,6 +73,33 @@ class _Pool(Op):
     def pool_xla(self, ctx, x, window, strides, pads, out_hw):
         raise NotImplementedError
 
+    def pool_taps_quantized(self, x, window, strides, pads, out_hw):
+        raise NotImplementedError
+
+    def pool_xla_quantized(self, ctx, x, window, strides, pads, out_hw):
+        raise NotImplementedError
+
+
+QUANTIZED = ("int8", "uint8", "int16")
+
+
+def _quantized_activation_range(ctx: OpContext) -> tuple[int, int]:
+    """The fused activation's bounds with the output's quantization.  The official kernels pool the
+    stored integers without rescaling (they only debug-check that input and output share scale and
+    zero point), so neither is used elsewhere."""
+    x, y = ctx.input(0), ctx.output(0)
+    if x.dtype != y.dtype:
+        raise ModelExecutionError(f"{ctx.op}: the output type {y.dtype} must be the input type {x.dtype}")
+    scale, zero_point = qz.scale_and_zero_point(ctx, y, "output")
+    return qz.activation_range(ctx.options.fused_activation_function, scale, zero_point, y.dtype)
+
+
+def _rounded_average(xp: Any, total: Any, counts: Any) -> Any:
+    """The official integer average: C division of ``total -/+ count / 2``, which rounds half away
+    from zero (int8: optimized_integer_ops, uint8: optimized_ops, int16: reference_integer_ops)."""
+    half = counts // 2
+    return xp.where(total > 0, (total + half) // counts, -((half - total) // counts))
+
 
 def _window_sum(lax: Any, x: Any, window: tuple, strides: tuple, pads: list) -> Any:
     return lax.reduce_window(x, np.array(0, x.dtype), lax.add, (1, *window, 1), (1, *strides, 1),
@@ -73,6 +108,8 @@ def _window_sum(lax: Any, x: Any, window: tuple, strides: tuple, pads: list) -> 
 
 @register("MAX_POOL_2D")
 class MaxPool2D(_Pool):
+    dtypes = ("float32",) + QUANTIZED
+
     def pool_taps(self, x, window, strides, pads, out_hw):
         padded = np.pad(x, [(0, 0), *pads, (0, 0)], constant_values=-np.inf)
         return np.max(_taps(padded, window, strides, out_hw), axis=0)
@@ -82,9 +119,20 @@ class MaxPool2D(_Pool):
         return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, (1, *window, 1), (1, *strides, 1),
                                  [(0, 0), *pads, (0, 0)])
 
+    def pool_taps_quantized(self, x, window, strides, pads, out_hw):
+        padded = np.pad(x, [(0, 0), *pads, (0, 0)], constant_values=np.iinfo(x.dtype).min)
+        return np.max(_taps(padded, window, strides, out_hw), axis=0)
+
+    def pool_xla_quantized(self, ctx, x, window, strides, pads, out_hw):
+        lax = ctx.lax
+        lowest = np.array(np.iinfo(np.dtype(x.dtype)).min, x.dtype)
+        return lax.reduce_window(x, lowest, lax.max, (1, *window, 1), (1, *strides, 1), [(0, 0), *pads, (0, 0)])
+
 
 @register("AVERAGE_POOL_2D")
 class AveragePool2D(_Pool):
+    dtypes = ("float32",) + QUANTIZED
+
     def pool_taps(self, x, window, strides, pads, out_hw):
         padded = np.pad(x, [(0, 0), *pads, (0, 0)])
         total = np.sum(_taps(padded, window, strides, out_hw), axis=0)
@@ -93,6 +141,16 @@ class AveragePool2D(_Pool):
     def pool_xla(self, ctx, x, window, strides, pads, out_hw):
         counts = _window_counts(x.shape, window, strides, pads, out_hw).astype(x.dtype)
         return _window_sum(ctx.lax, x, window, strides, pads) / counts
+
+    def pool_taps_quantized(self, x, window, strides, pads, out_hw):
+        padded = np.pad(x.astype(np.int64), [(0, 0), *pads, (0, 0)])
+        total = np.sum(_taps(padded, window, strides, out_hw), axis=0)
+        return _rounded_average(np, total, _window_counts(x.shape, window, strides, pads, out_hw).astype(np.int64))
+
+    def pool_xla_quantized(self, ctx, x, window, strides, pads, out_hw):
+        counts = _window_counts(x.shape, window, strides, pads, out_hw).astype(np.int32)
+        total = _window_sum(ctx.lax, x.astype(ctx.xp.int32), window, strides, pads)
+        return _rounded_average(ctx.xp, total, counts)
 
 
 @register("L2_POOL_2D")
