@@ -9,6 +9,7 @@ with its reference kernel, so shapes stay static for XLA.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,22 @@ def tensor_dtype(t: Tensor) -> np.dtype:
     return numpy_dtype(t.dtype)
 
 
+@dataclass(frozen=True)
+class OpRange:
+    """Ops of one subgraph run as a unit, and the tensors crossing its edges (read from before it,
+    needed after it)."""
+
+    subgraph: int
+    op_indices: tuple[int, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def __str__(self) -> str:
+        ops = self.op_indices
+        span = f"ops #{ops[0]}..#{ops[-1]}" if ops else "no ops"
+        return f"subgraph {self.subgraph} {span}"
+
+
 class GraphRunner:
     """Runs subgraphs of one model for one target; holds that model's variables.
 
@@ -42,8 +59,11 @@ class GraphRunner:
     def __init__(self, model: Model, target: Target, *,
                  constant: Callable[[int, Tensor], Any] | None = None,
                  variables: dict | None = None,
-                 observe: Callable[[int, int, Any], None] | None = None):
+                 observe: Callable[[int, int, Any], None] | None = None,
+                 precomputed: dict[tuple[int, int], Any] | None = None):
         self.model = model
+        # (subgraph, tensor) -> value of op outputs computed before the run (constant folding at load)
+        self.precomputed = precomputed or {}
         self.target = target
         self.variables: dict = variables if variables is not None else {}
         self._constant = constant or (lambda sg, t: t.data)
@@ -68,6 +88,21 @@ class GraphRunner:
         for op_index in self.order(sg):
             self._run_op(sg, op_index, values)
         return [self._value(sg, values, t) for t in sg.outputs]
+
+    def run_ops(self, op_range: OpRange, inputs: Sequence[Any]) -> list[Any]:
+        """Run part of a subgraph: ``op_range.op_indices`` in that order, starting from the values of
+        ``op_range.inputs``; returns the values of ``op_range.outputs`` (a delegation partition)."""
+        sg = self.model.subgraphs[op_range.subgraph]
+        if len(inputs) != len(op_range.inputs):
+            raise ModelExecutionError(f"{op_range} takes {len(op_range.inputs)} boundary tensors, got {len(inputs)}")
+        values: dict[int, Any] = {}
+        for t, v in zip(op_range.inputs, inputs):
+            values[t] = v
+            if self._observe:
+                self._observe(sg.index, t, v)
+        for op_index in op_range.op_indices:
+            self._run_op(sg, op_index, values)
+        return [self._value(sg, values, t) for t in op_range.outputs]
 
     def _value(self, sg: Subgraph, values: dict[int, Any], index: int) -> Any:
         if index < 0:
@@ -109,6 +144,8 @@ class GraphRunner:
 
     def _run_op(self, sg: Subgraph, op_index: int, values: dict[int, Any]) -> None:
         op = sg.operators[op_index]
+        if self.precomputed and self._take_precomputed(sg, op.outputs, values):
+            return
         impl = self._checked_impl(sg, op_index)
         args = [self._value(sg, values, i) for i in op.inputs]
         fold = (self.target.is_xla and op.opcode_name not in STATEFUL_OPS
@@ -135,6 +172,16 @@ class GraphRunner:
             values[t] = value
             if self._observe:
                 self._observe(sg.index, t, value)
+
+    def _take_precomputed(self, sg: Subgraph, outputs: Sequence[int], values: dict[int, Any]) -> bool:
+        found = [(t, self.precomputed.get((sg.index, t))) for t in outputs if t >= 0]
+        if not found or any(v is None for _, v in found):
+            return False
+        for t, value in found:
+            values[t] = value
+            if self._observe:
+                self._observe(sg.index, t, value)
+        return True
 
     @staticmethod
     def _as_output(t: Tensor, value: Any, target: Target) -> Any:

@@ -25,10 +25,14 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, ModelExecutionError
 from ..ir import Model, Subgraph, Tensor, numpy_dtype
 from ..ops import Target
-from .graph import GraphRunner
+from .graph import STATEFUL_OPS, GraphRunner, OpRange
 
 # Float constants with more elements than this become program parameters.
 PARAM_MIN_ELEMENTS = 256
+# Ops on constants only (DEQUANTIZE of float16 weights, DENSIFY of sparse ones) run once at load while the
+# results fit in this many bytes; past it (a multi-GB float16 LLM) they stay in the program, so host memory
+# holds the weights once, in their stored dtype.
+FOLD_BUDGET_BYTES = 512 << 20
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
@@ -123,6 +127,8 @@ class XlaState:
         self.device = device
         self.storage = np.dtype(storage)
         self.params = self._device_params(model)
+        self.folded: dict[tuple[int, int], str] = {}   # (subgraph, tensor) -> params key
+        self._fold_constant_ops(model)
         self.variables: dict = {}
 
     def _device_params(self, model: Model) -> dict[str, Any]:
@@ -136,6 +142,51 @@ class XlaState:
                         value = value.astype(self.storage)
                     params[f"{sg.index}:{t.index}"] = jax.device_put(value, self.device)
         return params
+
+
+    def _fold_constant_ops(self, model: Model) -> None:
+        """Run, once and with the reference kernels, every op whose inputs are all constants and whose
+        outputs are big enough to be parameters; their outputs become device parameters, so the program
+        reads float32 weights instead of dequantizing float16 (or densifying sparse) weights every run."""
+        jax = jax_module()
+        runner = GraphRunner(model, Target.REFERENCE)
+        spent = 0
+        for sg in model.subgraphs:
+            known: dict[int, Any] = {}
+            for op in sg.operators:
+                if op.opcode_name in STATEFUL_OPS or not op.outputs or not all(
+                        i < 0 or i in known or sg.tensors[i].data is not None for i in op.inputs):
+                    continue
+                outs = [sg.tensors[t] for t in op.outputs if t >= 0]
+                size = sum(t.num_elements * np.dtype(numpy_dtype(t.dtype)).itemsize
+                           for t in outs if t.dtype not in ("resource", "variant", "string"))
+                if not outs or any(t.dtype not in FLOAT_DTYPES or t.num_elements <= PARAM_MIN_ELEMENTS
+                                   for t in outs) or spent + size > FOLD_BUDGET_BYTES:
+                    continue
+                try:
+                    runner._run_op(sg, op.index, known)
+                except Exception:  # not foldable here (the op will report it when the program runs)
+                    continue
+                spent += size
+                for t in outs:
+                    value = np.asarray(known[t.index])
+                    if t.dtype == "float32" and self.storage != np.float32:
+                        value = value.astype(self.storage)
+                    key = f"{sg.index}:{t.index}"
+                    self.params[key] = jax.device_put(value, self.device)
+                    self.folded[(sg.index, t.index)] = key
+            self._drop_unread_params(sg)
+
+    def _drop_unread_params(self, sg: Subgraph) -> None:
+        """Weights that only folded ops read (the float16 originals) need not stay on the device."""
+        still_read = set(sg.outputs)
+        for op in sg.operators:
+            if not all(t < 0 or (sg.index, t) in self.folded for t in op.outputs) or not op.outputs:
+                still_read.update(op.inputs)
+        for t in sg.tensors:
+            key = f"{sg.index}:{t.index}"
+            if t.data is not None and key in self.params and t.index not in still_read:
+                del self.params[key]
 
 
 def _shape_key(arrays: Sequence[Any]) -> tuple:
@@ -152,10 +203,12 @@ class XlaBackend:
 
     def __init__(self, model: Model, subgraph_index: int = 0, platform: str = "cpu", dtype_policy: Any = None, *,
                  precision: Any = None, state: XlaState | None = None, cache: Any = None,
-                 cache_key: dict | None = None):
+                 cache_key: dict | None = None, op_range: OpRange | None = None):
         self.jax = jax_module()
         self.model = model
         self.subgraph_index = subgraph_index
+        # With an op range, the program runs only those ops (one partition of a delegation plan).
+        self.op_range = op_range
         self.platform = platform
         self.policy = _Precision(precision if precision is not None else dtype_policy)
         self.device = state.device if state is not None else device_for(platform)
@@ -209,15 +262,31 @@ class XlaBackend:
                 return value
             return self._to_storage(t.data, t)
 
+        precomputed = {where: params[key] for where, key in self.state.folded.items()}
         runner = _PolicyRunner(self.model, self.target, constant=constant, variables=dict(variables),
-                               storage=self.policy.storage_dtype, compute=self.policy.compute_dtype)
-        inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, sg.inputs)]
-        outputs = runner.run_subgraph(self.subgraph_index, inputs)
-        outputs = [self._to_boundary(y, sg.tensors[t]) for y, t in zip(outputs, sg.outputs)]
+                               storage=self.policy.storage_dtype, compute=self.policy.compute_dtype,
+                               precomputed=precomputed)
+        edge_in, edge_out = (sg.inputs, sg.outputs) if self.op_range is None else (
+            self.op_range.inputs, self.op_range.outputs)
+        inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
+        if self.op_range is None:
+            outputs = runner.run_subgraph(self.subgraph_index, inputs)
+        else:
+            outputs = runner.run_ops(self.op_range, inputs)
+        outputs = [self._to_boundary(y, sg.tensors[t]) for y, t in zip(outputs, edge_out)]
         return outputs, runner.variables
 
     def _place(self, inputs: Sequence[Any]) -> list[Any]:
-        return [self.jax.device_put(x if is_device_array(x) else np.asarray(x), self.device) for x in inputs]
+        """Host arrays go to the program as they are: jit copies them to the device in one C++
+        call, which is much cheaper per run than a ``device_put`` per input.  Device arrays on
+        another device (a GPU output fed to a CPU program, say) are moved explicitly."""
+        placed = []
+        for x in inputs:
+            if is_device_array(x):
+                placed.append(x if self.device in x.devices() else self.jax.device_put(x, self.device))
+            else:
+                placed.append(np.asarray(x))
+        return placed
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous)."""
@@ -238,7 +307,8 @@ class XlaBackend:
                          "device_kind": getattr(self.device, "device_kind", self.platform),
                          "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
                          "inputs": layout(args), "variables": variables,
-                         "jax": self.jax.__version__, "jaxlib": _jaxlib_version()})
+                         "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
+                         **({"ops": list(self.op_range.op_indices)} if self.op_range is not None else {})})
 
     def _cached_executable(self, args: Sequence[Any]) -> Any:
         key = self._executable_key(args)
