@@ -13,6 +13,8 @@ from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, Inval
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
                       HardwareAccelerator, Interpreter, Model, OpResolverType, Options, SignatureRunner, TensorBuffer)
 
+from .ops.python_ops import register_custom_op, unregister_custom_op
+
 __version__ = "0.1.0"
 
 __all__ = [

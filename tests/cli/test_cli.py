@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -245,3 +246,58 @@ def test_cache_ls_verify_clear(tmp_path, capsys):
 
 def test_cache_on_missing_directory(tmp_path, capsys):
     assert main(["cache", "ls", str(tmp_path / "nope")]) == 2
+
+
+# ---- delegation reports (inspect --accelerator / --mobile-gpu) ---------------------------------
+
+def _detector_file(tmp_path):
+    import importlib.util
+
+    from litegpu.ir.save import write_model
+
+    source = Path(__file__).resolve().parents[1] / "compile" / "test_plan_partitions.py"
+    spec = importlib.util.spec_from_file_location("_plan_partitions_models", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "detector.tflite"
+    write_model(module.detector_model(), path)
+    return path
+
+
+def test_inspect_accelerator_gpu_prints_partitions_fallbacks_and_boundaries(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "gpu")
+    assert code == 0 and err == ""  # the report says it all: no warnings on stderr
+    text = " ".join(out.split())
+    assert "7 operations will run on the GPU, and the remaining 2 on the CPU" in text
+    assert "Partitions (3)" in out and "NON_MAX_SUPPRESSION_V4, WHERE" in out
+    assert "NON_MAX_SUPPRESSION_V4 │ #5 │ output shape depends on data" in text
+    assert "boxes (4) │ [64, 4] │ float32 │ 1024 │ 0 -> 1, 2" in text
+    assert "1.3 KiB moved between devices per run" in text
+
+
+def test_inspect_accelerator_json(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "gpu,cpu", "--json")
+    plan = json.loads(out)["plan"]
+    assert [(p["accelerator"], p["op_indices"]) for p in plan["partitions"]] == [
+        ("GPU", [0, 1, 2, 3, 4, 7]), ("CPU", [5, 8]), ("GPU", [6])]
+    assert {f["op"] for f in plan["fallbacks"]} == {"NON_MAX_SUPPRESSION_V4", "WHERE"}
+    assert plan["transfer_bytes"] == 1376 and not plan["fully_accelerated"]
+    code, out, _ = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "cpu", "--json")
+    assert json.loads(out)["plan"]["partitions"][0]["backend"] == "reference"
+
+
+def test_inspect_mobile_gpu(tmp_path, shared_models, capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--mobile-gpu")
+    text = " ".join(out.split())
+    assert code == 0 and "fully delegated: no" in text
+    assert "GREATER │ #7 │ 1 │ Not supported logical op case." in text
+    assert "WHERE │ #8 │ 1 │ Operation is not supported." in text
+    code, out, _ = run_cli(capsys, "inspect", str(shared_models / "mobilenet_v3_small_float32.tflite"),
+                           "--mobile-gpu", "--json")
+    assert json.loads(out)["mobile_gpu"] == {"fully_delegated": True, "summary": "all 109 operations will run "
+                                             "on the GPU", "ops": 109, "delegated_ops": 109, "unsupported": []}
+
+
+def test_inspect_accelerator_rejects_unknown_names(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "tpu")
+    assert code == 2 and "--accelerator 'tpu'" in err

@@ -51,11 +51,14 @@ def test_cpu_fallback_warns_with_op_index_reason_and_summary(cpu_only_op):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         p = plan(_model(cpu_only_op), HA.GPU | HA.CPU)
-    assert (p.accelerator, p.target, p.fully_accelerated) == ("CPU", Target.XLA_CPU, False)
+    # split since the delegation issue: ADD stays on the GPU, only the refused op falls back
+    assert (p.accelerator, p.target, p.fully_accelerated) == ("GPU", Target.XLA_GPU, False)
+    assert [(q.device, q.target, q.op_indices) for q in p.partitions] == [
+        ("GPU", Target.XLA_GPU, (0,)), ("CPU", Target.XLA_CPU, (1,))]
     assert [(u.opcode, u.op_index) for u in p.unsupported] == [(cpu_only_op, 1)]
-    (message,) = [str(w.message) for w in caught]
-    assert f"{cpu_only_op} (#1): output shape depends on data" in message
-    assert "0 operations will run on the GPU, and the remaining 2 on the CPU" in message
+    messages = [str(w.message) for w in caught]
+    assert messages == [f"op {cpu_only_op} (#1) cannot be handled by the GPU: output shape depends on data",
+                        "1 operations will run on the GPU, and the remaining 1 on the CPU"]
 
 
 def test_gpu_alone_with_an_unsupported_op_is_an_error(cpu_only_op):
@@ -67,7 +70,7 @@ def test_model_plan_needs_no_device_and_compiled_model_runs_the_fallback(cpu_onl
     from litegpu.ir.save import to_bytes
 
     data = to_bytes(_model(cpu_only_op))
-    assert lg.Model.from_buffer(data).plan(HA.GPU | HA.CPU).accelerator == "CPU"
+    assert lg.Model.from_buffer(data).plan(HA.GPU | HA.CPU).ops_on("CPU") == 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = lg.CompiledModel.from_buffer(data, hardware_accel=HA.GPU | HA.CPU)
@@ -93,3 +96,101 @@ def test_op_without_xla_lowering_runs_on_the_reference_backend():
         np.testing.assert_array_equal(model(np.ones(4, np.float32)), 20)
     finally:
         unregister_custom("TestNumpyOnly")
+
+
+# ---- split plans: GPU partitions run on the XLA CPU platform here ------------------------------
+
+def _detector():
+    """The detector model of tests/compile/test_plan_partitions.py (one definition for both)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "compile" / "test_plan_partitions.py"
+    spec = importlib.util.spec_from_file_location("_plan_partitions_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.detector_model(), module.detector_image
+
+
+class _CpuPretendingGpu(lg.Environment):
+    """An environment whose "gpu" is the XLA CPU device, so the split path of CompiledModel runs here."""
+
+    @staticmethod
+    def platforms():
+        return {"cpu", "gpu"}
+
+    def device(self, platform):
+        return super().device("cpu")
+
+
+def _official(model, inputs):
+    from oracle import run_official
+
+    from litegpu.ir.save import to_bytes
+
+    return run_official(to_bytes(model), inputs)
+
+
+def _assert_matches(got, expected):
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        g = np.asarray(g)
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_detector_runs_split_and_matches_the_official_interpreter(seed):
+    from litegpu.runtime.partitioned import PartitionedModel
+
+    model, image = _detector()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(model, HA.GPU | HA.CPU)
+    runner = PartitionedModel(model, p, platforms={HA.GPU: "cpu"})
+    x = image(seed)
+    got = runner.run([x])
+    _assert_matches(got, _official(model, [x]))
+    sig = runner.signature(0)
+    # the XLA partitions were traced with the GPU's rules; the NMS/WHERE island ran with numpy
+    assert [getattr(u, "backend", None) and u.backend.target for u in sig.units] == [
+        Target.XLA_GPU, None, Target.XLA_GPU]
+    # image in; boxes, scores, mask to the host; selected back to the device (boxes already there)
+    assert sig.transfers == 5
+
+
+def test_compiled_model_runs_a_split_plan_through_its_buffers():
+    from litegpu.ir.save import to_bytes
+
+    model, image = _detector()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cm = lg.CompiledModel.from_buffer(to_bytes(model), hardware_accel=HA.GPU | HA.CPU,
+                                          environment=_CpuPretendingGpu())
+    assert [str(w.message) for w in caught][-1] == "7 operations will run on the GPU, and the remaining 2 on the CPU"
+    assert cm.plan.is_split and cm.accelerator == "GPU" and not cm.is_fully_accelerated()
+    x = image(2)
+    inputs, outputs = cm.create_input_buffers(0), cm.create_output_buffers(0)
+    inputs[0].write(x)
+    expected = _official(model, [x])
+    cm.run_by_index(0, inputs, outputs)
+    _assert_matches([outputs[0].read(), outputs[1].read()], expected[:2])
+    _assert_matches(list(cm.run([x]).values()), expected)  # WHERE's row count is data-dependent
+    cm.reset_all_variables()
+    cm.close()
+
+
+def test_gpu_cpu_without_a_gpu_runs_all_on_cpu_with_one_warning():
+    from litegpu.ir.save import to_bytes
+
+    if "gpu" in lg.Environment.platforms():
+        pytest.skip("this machine has a GPU")
+    model, image = _detector()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cm = lg.CompiledModel.from_buffer(to_bytes(model), hardware_accel=HA.GPU | HA.CPU)
+    (only,) = [str(w.message) for w in caught]
+    assert "JAX sees no GPU" in only and "runs on the CPU" in only
+    assert not cm.plan.is_split and cm.plan.accelerator == "CPU"
+    x = image(3)
+    _assert_matches(list(cm.run([x]).values()), _official(model, [x]))

@@ -197,10 +197,118 @@ def render(info: dict) -> None:
             f"{m['name']} ({m['bytes']} bytes" + (f", {m['value']!r})" if "value" in m else ")") for m in info["metadata"]))
 
 
+# ---- delegation reports ---------------------------------------------------------------------
+
+def accelerator_flags(spec: str) -> int:
+    """``cpu``, ``gpu`` or ``gpu,cpu``; a GPU plan always shows the CPU fallback it would need."""
+    from ..compile import CPU, GPU
+    from ..errors import InvalidArgumentError
+
+    names = {p.strip().lower() for p in spec.split(",") if p.strip()}
+    if not names or names - {"cpu", "gpu"}:
+        raise InvalidArgumentError(f"--accelerator {spec!r}: expected cpu, gpu or gpu,cpu")
+    return int(GPU | CPU) if "gpu" in names else int(CPU)
+
+
+def plan_summary(model: Model, flags: int) -> dict:
+    from ..compile import plan
+
+    p = plan(model, flags, warn=False)
+    partitions = [{
+        "index": k, "accelerator": q.device, "backend": q.target.value, "subgraph": q.subgraph_index,
+        "ops": len(q.op_indices), "op_indices": list(q.op_indices),
+        "op_kinds": dict(Counter(model.subgraphs[q.subgraph_index].operators[i].opcode_name for i in q.op_indices)),
+    } for k, q in enumerate(p.partitions)]
+    return {
+        "requested": "GPU | CPU" if flags & 2 else "CPU", "accelerator": p.accelerator,
+        "fully_accelerated": p.fully_accelerated, "summary": p.summary(),
+        "ops_on_gpu": p.ops_on("GPU"), "ops_on_cpu": p.ops_on("CPU"), "partitions": partitions,
+        "fallbacks": [{"op": u.opcode, "index": u.op_index, "subgraph": u.subgraph, "reason": u.reason}
+                      for u in p.unsupported],
+        "boundaries": [{"tensor": b.name, "index": b.tensor, "subgraph": b.subgraph, "shape": list(b.shape),
+                        "dtype": b.dtype, "bytes": b.nbytes, "dynamic": b.dynamic, "from": b.producer,
+                        "to": list(b.consumers), "crosses_devices": b.crosses_devices(p)} for b in p.boundaries],
+        "transfer_bytes": p.transfer_bytes(), "notes": list(p.notes),
+    }
+
+
+def mobile_gpu_summary(model: Model) -> dict:
+    from ..compile.mobile_gpu import check_model
+
+    report = check_model(model)
+    return {"fully_delegated": report.fully_delegated, "summary": report.summary(), "ops": len(report.ops),
+            "delegated_ops": sum(len(d) for _, d in report.delegated),
+            "unsupported": [{"op": o.opcode, "index": o.op_index, "version": o.version, "reason": o.reason}
+                            for o in report.unsupported]}
+
+
+def render_plan(info: dict) -> None:
+    out, plan_info = console(), info["plan"]
+    out.print(f"[bold]Delegation plan for {plan_info['requested']}[/bold]: {plan_info['summary']} "
+              f"(fully accelerated: {'yes' if plan_info['fully_accelerated'] else 'no'})")
+    table = titled_table(f"Partitions ({len(plan_info['partitions'])})")
+    for col in ("#", "accelerator", "backend", "subgraph", "ops", "op kinds"):
+        table.add_column(col, overflow="fold")
+    for q in plan_info["partitions"]:
+        kinds = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in q["op_kinds"].items())
+        table.add_row(str(q["index"]), q["accelerator"], q["backend"], str(q["subgraph"]), str(q["ops"]), kinds)
+    out.print(table)
+    if plan_info["fallbacks"]:
+        table = titled_table("Ops that fell back to the CPU")
+        for col in ("op", "index", "why"):
+            table.add_column(col, overflow="fold")
+        for f in plan_info["fallbacks"]:
+            where = f"#{f['index']}" + (f" (subgraph {f['subgraph']})" if f["subgraph"] else "")
+            table.add_row(f["op"], where, f["reason"])
+        out.print(table)
+    if plan_info["boundaries"]:
+        table = titled_table(f"Tensors crossing partitions ({human_bytes(plan_info['transfer_bytes'])} "
+                             "moved between devices per run)")
+        for col in ("tensor", "shape", "dtype", "bytes", "from -> to"):
+            table.add_column(col, overflow="fold")
+        for b in plan_info["boundaries"]:
+            shape = "[" + ", ".join(map(str, b["shape"])) + "]" + (" (dynamic)" if b["dynamic"] else "")
+            to = ", ".join(str(c) for c in b["to"])
+            table.add_row(f"{b['tensor']} ({b['index']})", shape, b["dtype"], str(b["bytes"]),
+                          f"{b['from']} -> {to}" + ("" if b["crosses_devices"] else " (same device)"))
+        out.print(table)
+    for note in plan_info["notes"]:
+        out.print(f"note: {note}")
+
+
+def render_mobile_gpu(info: dict) -> None:
+    out, mobile = console(), info["mobile_gpu"]
+    verdict = "yes" if mobile["fully_delegated"] else "no"
+    out.print(f"[bold]LiteRT mobile GPU delegate[/bold] (default options): fully delegated: {verdict}; "
+              f"{mobile['summary']}")
+    if mobile["unsupported"]:
+        table = titled_table(f"Ops the mobile GPU delegate would not take ({len(mobile['unsupported'])})")
+        for col in ("op", "index", "version", "why"):
+            table.add_column(col, overflow="fold")
+        for o in mobile["unsupported"]:
+            table.add_row(o["op"], f"#{o['index']}", str(o["version"]), o["reason"])
+        out.print(table)
+
+
 def run(args: Any) -> int:
-    info = summarize(args.file)
+    reports = bool(args.accelerator or args.mobile_gpu)
+    if reports:
+        model = model_from_raw(decode_model(args.file))
+        info: dict = {"file": str(args.file)}
+        if args.accelerator:
+            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator))
+        if args.mobile_gpu:
+            info["mobile_gpu"] = mobile_gpu_summary(model)
+    else:
+        info = summarize(args.file)
     if args.json:
         print(json.dumps(info, indent=2))
+    elif reports:
+        console().print(f"[bold]{info['file']}[/bold]")
+        if "plan" in info:
+            render_plan(info)
+        if "mobile_gpu" in info:
+            render_mobile_gpu(info)
     else:
         render(info)
     return 0
@@ -210,4 +318,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("inspect", help="summarize a .tflite model: tensors, signatures, ops, sizes")
     p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--accelerator", metavar="cpu|gpu|gpu,cpu",
+                   help="print the delegation plan instead: partitions, op counts, the ops that fall back to the "
+                        "CPU and why, and the tensors crossing partitions with their sizes")
+    p.add_argument("--mobile-gpu", action="store_true",
+                   help="print which ops the LiteRT mobile GPU delegate would not take (op list, versions, types)")
     p.set_defaults(handler=run)

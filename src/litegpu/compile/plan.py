@@ -1,26 +1,61 @@
 """The static delegation plan: which accelerator runs which op, decided from the IR alone.
 
-This first version keeps a model whole: it runs entirely on the preferred
-accelerator when every op of every subgraph is supported there, and entirely
-on the CPU otherwise (with a warning naming each op that forced the move).
-Splitting a model into GPU and CPU partitions is the delegation issue's work;
-``Partition`` already has the shape that needs.
+With GPU (and CPU) requested, every op the GPU can run stays on the GPU and the
+rest fall back to the CPU op by op: each op's ``unsupported_reason`` decides,
+the ops are scheduled so that runs of the same accelerator stay together (a
+topological order that switches accelerator only when nothing else is ready),
+and each run becomes a :class:`Partition`.  Tensors that cross from one
+partition to another are listed as :class:`Boundary` entries; the executor
+(``litegpu.runtime.partitioned``) moves each of them once per destination.
+
+A CPU-only plan keeps the model whole: XLA on the CPU when it can run every op,
+the numpy reference backend otherwise.  Models with resource variables are
+also kept whole, because their state would otherwise be split across backends.
 
 Accelerators are the flag values of ``HardwareAccelerator`` (CPU=1, GPU=2,
-NPU=4); this module takes plain ints so that it does not reach up into runtime.
+NPU=4); :class:`Accelerator` mirrors them so that this module does not reach
+up into runtime, and compares equal to ``HardwareAccelerator`` members.
 """
 
 from __future__ import annotations
 
+import enum
+import heapq
+import logging
+import math
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, UnsupportedOpError
-from ..ir import Model
+from ..ir import Model, Operator, Subgraph, execution_order, numpy_dtype
 from ..ops import Target, lookup
 
-CPU, GPU, NPU = 1, 2, 4
+logger = logging.getLogger(__name__)
+# A library must not print through logging's last-resort handler: the warnings module already tells the user.
+logger.addHandler(logging.NullHandler())
+
+
+class Accelerator(enum.IntFlag):
+    """The HardwareAccelerator flag values, for the layers below runtime."""
+
+    CPU = 1
+    GPU = 2
+    NPU = 4
+
+
+CPU, GPU, NPU = Accelerator.CPU, Accelerator.GPU, Accelerator.NPU
 _NAMES = {CPU: "CPU", GPU: "GPU", NPU: "NPU"}
+# Ops that read or write resource variables: their state lives in one backend, so such models stay whole.
+_VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
+_STATEFUL_OPS = _VARIABLE_OPS | {"CALL_ONCE", "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL",
+                                 "HASHTABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT", "HASHTABLE_SIZE"}
+
+
+class PartialDelegationWarning(UserWarning):
+    """Some ops of a model cannot run on the accelerator asked for and fall back to the CPU."""
 
 
 @dataclass(frozen=True)
@@ -34,42 +69,154 @@ class UnsupportedOp:
         where = f"#{self.op_index}" if self.subgraph == 0 else f"#{self.op_index} of subgraph {self.subgraph}"
         return f"{self.opcode} ({where}): {self.reason}"
 
+    def message(self, accelerator: str = "GPU") -> str:
+        """The LiteRT GPU delegate's wording: ``op NAME (#12) cannot be handled by the GPU: why``."""
+        where = f"#{self.op_index}" if self.subgraph == 0 else f"#{self.op_index} of subgraph {self.subgraph}"
+        return f"op {self.opcode} ({where}) cannot be handled by the {accelerator}: {self.reason}"
+
 
 @dataclass(frozen=True)
 class Partition:
-    """A run of ops of one subgraph executed by one backend on one accelerator."""
+    """A run of ops of one subgraph executed by one backend on one accelerator.
 
-    accelerator: str            # "GPU" or "CPU"
+    ``inputs`` are the tensors it reads that something before it produced (the
+    subgraph's inputs or another partition's outputs); ``outputs`` the tensors
+    it produces that a later partition reads or that the subgraph returns.
+    ``reasons`` says, for each of its ops that the preferred accelerator refused, why.
+    """
+
+    accelerator: Accelerator
     target: Target              # XLA_GPU, XLA_CPU or REFERENCE
-    subgraph: int
+    subgraph_index: int
     op_indices: tuple[int, ...]
+    reasons: tuple[UnsupportedOp, ...] = ()
+    inputs: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
+
+    @property
+    def subgraph(self) -> int:
+        return self.subgraph_index
+
+    @property
+    def device(self) -> str:
+        """"GPU" or "CPU"."""
+        return _NAMES[Accelerator(self.accelerator)]
+
+    def op_range(self):  # -> backends.graph.OpRange (imported lazily: compile sits above backends)
+        from ..backends.graph import OpRange
+
+        return OpRange(self.subgraph_index, self.op_indices, self.inputs, self.outputs)
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A tensor produced by one partition and read by later ones: one transfer per destination device."""
+
+    subgraph: int
+    tensor: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    dynamic: bool                   # its shape signature has -1: the size is the declared shape's
+    producer: int                   # index into DelegationPlan.partitions
+    consumers: tuple[int, ...]
+
+    def crosses_devices(self, plan: "DelegationPlan") -> bool:
+        source = plan.partitions[self.producer].device
+        return any(plan.partitions[c].device != source for c in self.consumers)
 
 
 @dataclass(frozen=True)
 class DelegationPlan:
     requested: int                                   # the accelerator flags asked for
-    accelerator: str                                 # where the model runs: "GPU" or "CPU"
-    target: Target
+    accelerator: str                                 # the preferred accelerator that runs the model: "GPU" or "CPU"
+    target: Target                                   # that accelerator's backend
     partitions: tuple[Partition, ...]
     unsupported: tuple[UnsupportedOp, ...] = ()      # ops the preferred accelerator refused
     num_ops: int = 0
     notes: tuple[str, ...] = field(default=())
+    boundaries: tuple[Boundary, ...] = ()
 
     @property
     def fully_accelerated(self) -> bool:
         """True when the model runs entirely on the preferred accelerator (the official meaning)."""
         return not self.unsupported and self.target is not Target.REFERENCE
 
-    def ops_on(self, accelerator: str) -> int:
-        return sum(len(p.op_indices) for p in self.partitions if p.accelerator == accelerator)
+    @property
+    def is_split(self) -> bool:
+        """More than one backend runs this model (GPU and CPU, or XLA and numpy)."""
+        return len({(p.device, p.target) for p in self.partitions}) > 1
+
+    def ops_on(self, accelerator: str | int) -> int:
+        name = accelerator if isinstance(accelerator, str) else _NAMES[Accelerator(accelerator)]
+        return sum(len(p.op_indices) for p in self.partitions if p.device == name)
+
+    def partitions_of(self, subgraph: int) -> list[Partition]:
+        return [p for p in self.partitions if p.subgraph_index == subgraph]
 
     def summary(self) -> str:
         gpu, cpu = self.ops_on("GPU"), self.ops_on("CPU")
         return f"{gpu} operations will run on the GPU, and the remaining {cpu} on the CPU"
 
+    def transfer_bytes(self) -> int:
+        """Bytes moved between devices per run (declared shapes), each tensor once per destination device."""
+        total = 0
+        for b in self.boundaries:
+            source = self.partitions[b.producer].device
+            total += b.nbytes * len({self.partitions[c].device for c in b.consumers} - {source})
+        return total
+
+
+# ---- support --------------------------------------------------------------------------------
 
 def _accelerator_name(flags: int) -> str:
     return " | ".join(n for bit, n in _NAMES.items() if flags & bit) or "none"
+
+
+def entry_subgraphs(model: Model) -> list[int]:
+    """Subgraphs that are run directly (subgraph 0 and the signatures'); the others run inside an op."""
+    found = [0] + [s.subgraph_index for s in model.signatures]
+    return sorted({i for i in found if 0 <= i < len(model.subgraphs)})
+
+
+def called_subgraphs(model: Model, op: Operator) -> list[int]:
+    """Subgraphs an op runs (WHILE bodies, IF branches, CALL, composites, reducers)."""
+    return [int(v) for k, v in op.options.items()
+            if (k == "subgraph" or k.endswith("subgraph_index")) and isinstance(v, int) and 0 <= v < len(model.subgraphs)]
+
+
+class _Support:
+    """Why an op cannot run on a target, looking inside the subgraphs it calls; memoised."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self._subgraphs: dict[tuple[int, Target], str | None] = {}
+
+    def op_reason(self, sg: Subgraph, op: Operator, target: Target) -> str | None:
+        try:
+            reason = lookup(op).unsupported_reason(op, sg, target)
+        except UnsupportedOpError as e:
+            reason = str(e)
+        if reason is not None:
+            return reason
+        for index in called_subgraphs(self.model, op):
+            inner = self.subgraph_reason(index, target)
+            if inner is not None:
+                return f"calls subgraph {index}, where {inner}"
+        return None
+
+    def subgraph_reason(self, index: int, target: Target) -> str | None:
+        key = (index, target)
+        if key not in self._subgraphs:
+            self._subgraphs[key] = None  # a recursive call sees "supported" rather than looping
+            sg = self.model.subgraphs[index]
+            for op in sg.operators:
+                reason = self.op_reason(sg, op, target)
+                if reason is not None:
+                    self._subgraphs[key] = f"{op} {reason}"
+                    break
+        return self._subgraphs[key]
 
 
 def _refusals(model: Model, target: Target) -> list[UnsupportedOp]:
@@ -85,15 +232,204 @@ def _refusals(model: Model, target: Target) -> list[UnsupportedOp]:
     return found
 
 
-def _whole_model(model: Model, accelerator: str, target: Target) -> tuple[Partition, ...]:
-    return tuple(Partition(accelerator, target, sg.index, tuple(op.index for op in sg.operators))
-                 for sg in model.subgraphs)
-
-
 def _refusal_message(model: Model, accelerator: str, refused: list[UnsupportedOp]) -> str:
     lines = "\n".join(f"  {r}" for r in refused)
     return f"{model.source}: {len(refused)} op(s) cannot run on the {accelerator}:\n{lines}"
 
+
+# ---- partitioning ---------------------------------------------------------------------------
+
+def _dependencies(sg: Subgraph, order: tuple[int, ...]) -> dict[int, set[int]]:
+    """Op -> ops it must run after: its inputs' producers, and for stateful ops the previous stateful op."""
+    producer = sg.producers()
+    deps = {i: {producer[t] for t in sg.operators[i].inputs if t >= 0 and t in producer} for i in order}
+    previous = None
+    for i in order:
+        if sg.operators[i].opcode_name in _STATEFUL_OPS:
+            if previous is not None:
+                deps[i].add(previous)
+            previous = i
+    return deps
+
+
+def _schedule(sg: Subgraph, order: tuple[int, ...], side: dict[int, Accelerator]) -> list[int]:
+    """A topological order that stays on one accelerator as long as any op for it is ready.
+
+    Switching only when forced keeps independent ops of the same kind in one partition
+    (a GPU op stored after a CPU op it does not depend on joins the GPU run before it).
+    """
+    position = {op: k for k, op in enumerate(order)}
+    deps = _dependencies(sg, order)
+    users: dict[int, list[int]] = {}
+    waiting = {i: len(d) for i, d in deps.items()}
+    for i, d in deps.items():
+        for p in d:
+            users.setdefault(p, []).append(i)
+    ready: dict[Accelerator, list[tuple[int, int]]] = {GPU: [], CPU: []}
+    for i in order:
+        if waiting[i] == 0:
+            heapq.heappush(ready[side[i]], (position[i], i))
+    scheduled: list[int] = []
+    current = side[order[0]] if order else GPU
+    while ready[GPU] or ready[CPU]:
+        if not ready[current]:
+            other = CPU if current == GPU else GPU
+            current = other
+        _, op = heapq.heappop(ready[current])
+        scheduled.append(op)
+        for u in users.get(op, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready[side[u]], (position[u], u))
+    return scheduled
+
+
+def _runs(items: Iterable[int], key) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in items:
+        if runs and key(runs[-1][-1]) == key(i):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _cpu_targets(run: list[int], cpu_ok: dict[int, set[Target]]) -> list[tuple[Target, list[int]]]:
+    """One backend for a CPU run when one can take all of it (XLA first); split by op otherwise."""
+    for target in (Target.XLA_CPU, Target.REFERENCE):
+        if all(target in cpu_ok[i] for i in run):
+            return [(target, run)]
+    pick = {i: Target.XLA_CPU if Target.XLA_CPU in cpu_ok[i] else Target.REFERENCE for i in run}
+    return [(pick[r[0]], r) for r in _runs(run, pick.__getitem__)]
+
+
+def _with_edges(sg: Subgraph, parts: list[tuple[Accelerator, Target, list[int], tuple[UnsupportedOp, ...]]]
+                ) -> list[Partition]:
+    producer_part: dict[int, int] = {}
+    for k, (_, _, ops, _) in enumerate(parts):
+        for i in ops:
+            for t in sg.operators[i].outputs:
+                if t >= 0:
+                    producer_part[t] = k
+    read_by: dict[int, set[int]] = {}
+    for k, (_, _, ops, _) in enumerate(parts):
+        for i in ops:
+            for t in sg.operators[i].inputs:
+                if t >= 0:
+                    read_by.setdefault(t, set()).add(k)
+    subgraph_inputs = set(sg.inputs)
+    result = []
+    for k, (acc, target, ops, reasons) in enumerate(parts):
+        inputs = sorted({t for t in _reads(sg, ops)
+                         if (t in subgraph_inputs or producer_part.get(t, k) != k) and sg.tensors[t].data is None
+                         and not sg.tensors[t].is_variable})
+        outputs = sorted({t for t, p in producer_part.items()
+                          if p == k and (t in sg.outputs or any(c != k for c in read_by.get(t, ())))})
+        result.append(Partition(acc, target, sg.index, tuple(ops), reasons, tuple(inputs), tuple(outputs)))
+    return result
+
+
+def _reads(sg: Subgraph, ops: list[int]) -> list[int]:
+    return [t for i in ops for t in sg.operators[i].inputs if t >= 0]
+
+
+def _boundaries(model: Model, partitions: list[Partition]) -> list[Boundary]:
+    found = []
+    for k, p in enumerate(partitions):
+        sg = model.subgraphs[p.subgraph_index]
+        for t in p.outputs:
+            consumers = tuple(c for c, q in enumerate(partitions)
+                              if c != k and q.subgraph_index == p.subgraph_index and t in q.inputs)
+            if not consumers:
+                continue
+            tensor = sg.tensors[t]
+            itemsize = 0 if tensor.dtype == "string" else np.dtype(numpy_dtype(tensor.dtype)).itemsize
+            found.append(Boundary(sg.index, t, tensor.name, tensor.shape, tensor.dtype,
+                                  math.prod(tensor.shape) * itemsize, tensor.is_dynamic, k, consumers))
+    return found
+
+
+def _uses_variables(model: Model) -> bool:
+    return any(op.opcode_name in _VARIABLE_OPS for sg in model.subgraphs for op in sg.operators) or any(
+        t.is_variable for sg in model.subgraphs for t in sg.tensors)
+
+
+def _split(model: Model, flags: int) -> DelegationPlan:
+    """GPU where each op allows it, CPU for the rest; raises if an op runs nowhere."""
+    support = _Support(model)
+    partitions: list[Partition] = []
+    refused: list[UnsupportedOp] = []
+    nowhere: list[UnsupportedOp] = []
+    num_ops = 0
+    for index in entry_subgraphs(model):
+        sg = model.subgraphs[index]
+        order = execution_order(sg, model.source)
+        num_ops += len(order)
+        side: dict[int, Accelerator] = {}
+        cpu_ok: dict[int, set[Target]] = {}
+        why: dict[int, UnsupportedOp] = {}
+        for i in order:
+            op = sg.operators[i]
+            reason = support.op_reason(sg, op, Target.XLA_GPU)
+            if reason is None:
+                side[i] = GPU
+                continue
+            why[i] = UnsupportedOp(index, i, op.opcode_name, reason)
+            refused.append(why[i])
+            side[i] = CPU
+            cpu_ok[i] = {t for t in (Target.XLA_CPU, Target.REFERENCE) if support.op_reason(sg, op, t) is None}
+            if not cpu_ok[i]:
+                nowhere.append(UnsupportedOp(index, i, op.opcode_name,
+                                             support.op_reason(sg, op, Target.REFERENCE) or reason))
+        parts = []
+        for run in _runs(_schedule(sg, order, side), side.__getitem__):
+            if side[run[0]] == GPU:
+                parts.append((GPU, Target.XLA_GPU, run, ()))
+                continue
+            for target, ops in _cpu_targets(run, cpu_ok) if not nowhere else [(Target.REFERENCE, run)]:
+                parts.append((CPU, target, ops, tuple(why[i] for i in ops)))
+        partitions.extend(_with_edges(sg, parts))
+    if nowhere:
+        raise UnsupportedOpError(_refusal_message(model, "CPU", nowhere))
+    return DelegationPlan(flags, "GPU", Target.XLA_GPU, tuple(partitions), tuple(refused), num_ops,
+                          boundaries=tuple(_boundaries(model, partitions)))
+
+
+def _whole_model(model: Model, accelerator: Accelerator, target: Target) -> tuple[Partition, ...]:
+    parts = []
+    for index in entry_subgraphs(model):
+        sg = model.subgraphs[index]
+        ops = tuple(execution_order(sg, model.source))
+        parts.append(Partition(accelerator, target, index, ops, (), tuple(sg.inputs), tuple(sg.outputs)))
+    return tuple(parts)
+
+
+def _count(model: Model) -> int:
+    return sum(len(model.subgraphs[i].operators) for i in entry_subgraphs(model))
+
+
+# ---- warnings -------------------------------------------------------------------------------
+
+def _warn(message: str, stacklevel: int) -> None:
+    logger.warning(message)
+    warnings.warn(message, PartialDelegationWarning, stacklevel=stacklevel + 1)
+
+
+def warn_fallbacks(plan: DelegationPlan, stacklevel: int = 2) -> None:
+    """As the LiteRT GPU delegate reports it: one line per op kind the GPU refused, then the op counts."""
+    first: dict[str, UnsupportedOp] = {}
+    count: dict[str, int] = {}
+    for u in plan.unsupported:
+        first.setdefault(u.opcode, u)
+        count[u.opcode] = count.get(u.opcode, 0) + 1
+    for opcode, u in first.items():
+        more = count[opcode] - 1
+        _warn(u.message("GPU") + (f" (and {more} more {opcode} op{'s' if more > 1 else ''})" if more else ""),
+              stacklevel + 1)
+    _warn(plan.summary(), stacklevel + 1)
+
+
+# ---- the plan -------------------------------------------------------------------------------
 
 def plan(model: Model, accelerators: int = CPU, *, warn: bool = True) -> DelegationPlan:
     """Decide where ``model`` runs for the requested accelerator flags, without touching a device.
@@ -107,19 +443,39 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True) -> Delegat
     if flags & NPU and not flags & (CPU | GPU):
         raise AcceleratorUnavailableError("litegpu has no NPU backend; ask for GPU and/or CPU "
                                           "(HardwareAccelerator.NPU | HardwareAccelerator.CPU falls back to CPU)")
-    num_ops = sum(len(sg.operators) for sg in model.subgraphs)
-    gpu_refused: list[UnsupportedOp] = []
+    notes: list[str] = []
     if flags & GPU:
         gpu_refused = _refusals(model, Target.XLA_GPU)
         if not gpu_refused:
-            return DelegationPlan(flags, "GPU", Target.XLA_GPU, _whole_model(model, "GPU", Target.XLA_GPU),
-                                  num_ops=num_ops)
+            return DelegationPlan(flags, "GPU", Target.XLA_GPU, _whole_model(model, GPU, Target.XLA_GPU),
+                                  num_ops=_count(model))
         if not flags & CPU:
             raise UnsupportedOpError(_refusal_message(model, "GPU", gpu_refused)
                                      + "\nadd HardwareAccelerator.CPU to run the model on the CPU instead")
-    cpu_refused = _refusals(model, Target.XLA_CPU)
+        if not _uses_variables(model):
+            split = _split(model, flags)
+            if split.unsupported:
+                if warn:
+                    warn_fallbacks(split, stacklevel=2)
+                return split
+            return DelegationPlan(flags, "GPU", Target.XLA_GPU, _whole_model(model, GPU, Target.XLA_GPU),
+                                  num_ops=split.num_ops)
+        notes.append(f"{_refusal_message(model, 'GPU', gpu_refused)}\nthe model has resource variables, so it is "
+                     "kept whole on the CPU rather than split between GPU and CPU")
+    whole = _cpu_plan(model, flags)
+    result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
+                            tuple(_refusals(model, Target.XLA_GPU)) if flags & GPU else (), whole.num_ops,
+                            tuple(notes) + whole.notes)
+    if warn:
+        for note in result.notes:
+            _warn(note, stacklevel=2)
+    return result
+
+
+def _cpu_plan(model: Model, flags: int) -> DelegationPlan:
     target = Target.XLA_CPU
     notes = []
+    cpu_refused = _refusals(model, Target.XLA_CPU)
     if cpu_refused:
         reference_refused = _refusals(model, Target.REFERENCE)
         if reference_refused:
@@ -127,13 +483,5 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True) -> Delegat
         target = Target.REFERENCE
         notes.append(_refusal_message(model, "XLA CPU backend", cpu_refused)
                      + "\nthe model runs op by op on the numpy reference backend (slow)")
-    partitions = _whole_model(model, "CPU", target)
-    result = DelegationPlan(flags, "CPU", target, partitions, tuple(gpu_refused), num_ops, tuple(notes))
-    if warn and gpu_refused:
-        could = num_ops - len(gpu_refused)
-        warnings.warn(f"{_refusal_message(model, 'GPU', gpu_refused)}\n{result.summary()} "
-                      f"({could} of them could run on the GPU, but this version keeps a model whole)",
-                      stacklevel=3)
-    if warn and notes:
-        warnings.warn(notes[0], stacklevel=3)
-    return result
+    return DelegationPlan(flags, "CPU", target, _whole_model(model, CPU, target), num_ops=_count(model),
+                          notes=tuple(notes))

@@ -13,6 +13,7 @@ compiled again, and cached, for each new input shape.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -156,10 +157,12 @@ class CompiledModel:
                     "HardwareAccelerator.GPU | HardwareAccelerator.CPU to fall back to the CPU")
             wanted = CPU
             reasons.append("JAX sees no GPU on this machine")
+        # One warning for a fallback: what the CPU plan has to say joins it.
+        chosen = plan(self._ir, wanted, warn=not reasons)
         if reasons:
             self._fell_back = True
-            warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU", stacklevel=4)
-        chosen = plan(self._ir, wanted, warn=True)
+            notes = "".join(f"; {n}" for n in chosen.notes)
+            warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU{notes}", stacklevel=4)
         return ("gpu" if chosen.target is Target.XLA_GPU else "cpu"), chosen
 
     # ---- properties -------------------------------------------------------------------------
@@ -378,9 +381,14 @@ class CompiledModel:
 
         enable_compile_cache(os.path.join(directory, "xla"))
         token = self._options.cache_token or _model_fingerprint(self._ir, fingerprint)
-        return CompileCache(directory), {"model_token": token, "litegpu": litegpu_version()}
+        key = {"model_token": token, "litegpu": litegpu_version()}
+        if self._platform == "gpu":  # the float view and the integer kernels are different programs
+            key["quantized_execution"] = self._options.gpu_options.quantized_execution
+        return CompileCache(directory), key
 
     def _make_backend(self, subgraph: int) -> Any:
+        if self._plan.is_split:
+            return self._partitioned().signature(subgraph)
         if self._plan.target is Target.REFERENCE:
             if self._reference is None:
                 from ..backends.reference import ReferenceBackend
@@ -390,11 +398,29 @@ class CompiledModel:
         from ..backends.xla import XlaBackend, XlaState
 
         precision = self._options.precision
+        model = self._xla_model
         if self._state is None:
-            self._state = XlaState(self._ir, self._environment.device(self._platform),
+            self._state = XlaState(model, self._environment.device(self._platform),
                                    XlaBackend.storage_dtype(precision))
-        return XlaBackend(self._ir, subgraph, self._platform, precision=precision, state=self._state,
+        return XlaBackend(model, subgraph, self._platform, precision=precision, state=self._state,
                           cache=self._cache, cache_key=self._cache_key)
+
+    @functools.cached_property
+    def _xla_model(self) -> ir.Model:
+        """What XLA compiles: on the GPU a quantized model runs as its float view (GpuOptions.quantized_execution)."""
+        from ..compile.float_view import model_for_platform
+
+        return model_for_platform(self._ir, self._platform, self._options.gpu_options.quantized_execution)
+
+    def _partitioned(self) -> Any:
+        """The per-device backends of a plan split between GPU and CPU (kept in ``_state``)."""
+        if self._state is None:
+            from .partitioned import PartitionedModel
+
+            self._state = PartitionedModel(self._ir, self._plan, precision=self._options.precision,
+                                           device=self._environment.device, cache=self._cache,
+                                           cache_key=self._cache_key)
+        return self._state
 
     def reset_all_variables(self) -> None:
         """Resource variables (and variable tensors) go back to their initial values; CALL_ONCE runs again."""

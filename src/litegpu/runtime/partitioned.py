@@ -1,0 +1,178 @@
+"""Running a split delegation plan: each partition on its own backend, boundary tensors moved once.
+
+A partition on an XLA target is one ``jax.jit`` program over its op range
+(``XlaBackend`` with ``op_range``), compiled per input shape like a whole
+model; a REFERENCE partition runs its ops with the numpy kernels.  Between
+partitions, a tensor is placed on the next partition's device (``device_put``,
+or a host copy for numpy) the first time a partition there needs it, and that
+placed copy is reused by every later partition on the same device in the run.
+
+XLA dispatch is asynchronous, so GPU partitions queue up without waiting; a
+CPU partition that needs a GPU tensor waits for it there (the host copy is a
+synchronisation point, as in any GPU/CPU split).
+
+``platforms`` maps an accelerator to the JAX platform that executes its
+partitions: ``{GPU: "gpu", CPU: "cpu"}`` normally; tests pass ``{GPU: "cpu"}``
+to run the GPU partitions (traced with the GPU's rules) on the XLA CPU backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..compile import CPU, GPU, DelegationPlan, Partition
+from ..errors import ModelExecutionError
+from ..ops import Target
+
+DEFAULT_PLATFORMS = {GPU: "gpu", CPU: "cpu"}
+HOST = "host"
+
+
+class _ReferenceUnit:
+    where = HOST
+
+    def __init__(self, runner: Any, partition: Partition):
+        self.runner, self.op_range = runner, partition.op_range()
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])
+
+
+class _XlaUnit:
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.where = backend.platform
+        self.op_range = backend.op_range
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        return self.backend.run(inputs)
+
+
+class PartitionedModel:
+    """The backends of one model under a split plan: weights per device and the compiled partitions,
+    shared by all signatures (as ``XlaState`` is for a whole model)."""
+
+    def __init__(self, model: ir.Model, plan: DelegationPlan, *, platforms: Mapping[int, str] | None = None,
+                 precision: Any = None, device: Callable[[str], Any] | None = None, cache: Any = None,
+                 cache_key: dict | None = None):
+        self.model, self.plan = model, plan
+        self.platforms = {int(k): v for k, v in {**DEFAULT_PLATFORMS, **(platforms or {})}.items()}
+        self.precision = precision
+        self._device = device
+        self.cache, self.cache_key = cache, dict(cache_key or {})
+        self._states: dict[str, Any] = {}
+        self._reference: Any = None
+        self._signatures: dict[int, PartitionedSignature] = {}
+
+    def state(self, platform: str) -> Any:
+        """Device weights and variables for one JAX platform (created on first use)."""
+        if platform not in self._states:
+            from ..backends.xla import XlaBackend, XlaState, device_for
+
+            device = (self._device or device_for)(platform)
+            self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision))
+        return self._states[platform]
+
+    @property
+    def reference(self) -> Any:
+        if self._reference is None:
+            from ..backends.graph import GraphRunner
+
+            self._reference = GraphRunner(self.model, Target.REFERENCE)
+        return self._reference
+
+    def unit(self, partition: Partition) -> Any:
+        if partition.target is Target.REFERENCE:
+            return _ReferenceUnit(self.reference, partition)
+        from ..backends.xla import XlaBackend
+
+        platform = self.platforms[int(partition.accelerator)]
+        backend = XlaBackend(self.model, partition.subgraph_index, platform, precision=self.precision,
+                             state=self.state(platform), cache=self.cache, cache_key=self.cache_key,
+                             op_range=partition.op_range())
+        # The partition's target picks the kernels' rules (GPU), the platform only where they execute.
+        backend.target = partition.target
+        return _XlaUnit(backend)
+
+    def signature(self, subgraph: int) -> "PartitionedSignature":
+        if subgraph not in self._signatures:
+            self._signatures[subgraph] = PartitionedSignature(self, subgraph)
+        return self._signatures[subgraph]
+
+    def run(self, inputs: Sequence[Any], subgraph: int = 0) -> list[Any]:
+        return self.signature(subgraph).run(inputs)
+
+    @property
+    def variables(self) -> dict:
+        return {}
+
+    @variables.setter
+    def variables(self, value: dict) -> None:
+        """Assigning resets every backend's variables (``CompiledModel.reset_all_variables``)."""
+        for state in self._states.values():
+            state.variables = dict(value)
+        if self._reference is not None:
+            self._reference.variables.clear()
+
+
+class PartitionedSignature:
+    """One subgraph under a split plan, with the interface of ``XlaBackend`` (run, output_shapes)."""
+
+    def __init__(self, owner: PartitionedModel, subgraph: int):
+        self.owner = owner
+        self.subgraph_index = subgraph
+        self.subgraph = owner.model.subgraphs[subgraph]
+        parts = owner.plan.partitions_of(subgraph)
+        if not parts and self.subgraph.operators:
+            raise ModelExecutionError(f"{owner.model.source}: the delegation plan has no partition for "
+                                      f"subgraph {subgraph}")
+        self.units = [owner.unit(p) for p in parts]
+        self.transfers = 0  # tensors the last run moved between host and devices
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        sg = self.subgraph
+        if len(inputs) != len(sg.inputs):
+            raise ModelExecutionError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        values: dict[int, Any] = dict(zip(sg.inputs, inputs))
+        placed: dict[tuple[int, str], Any] = {}
+        self.transfers = 0
+        for unit in self.units:
+            args = [self._placed(values, placed, t, unit.where) for t in unit.op_range.inputs]
+            values.update(zip(unit.op_range.outputs, unit.run(args)))
+        return [self._result(values, t) for t in sg.outputs]
+
+    def _placed(self, values: dict[int, Any], placed: dict[tuple[int, str], Any], t: int, where: str) -> Any:
+        """Tensor ``t`` on device ``where``, moved there at most once per run."""
+        key = (t, where)
+        if key not in placed:
+            value = values[t]
+            from ..backends.xla import is_device_array, jax_module
+
+            if where == HOST:
+                self.transfers += is_device_array(value)
+                placed[key] = np.asarray(value)
+            else:
+                device = self.owner.state(where).device
+                if not (is_device_array(value) and device in value.devices()):
+                    self.transfers += 1
+                    value = jax_module().device_put(value if is_device_array(value) else np.asarray(value), device)
+                placed[key] = value
+        return placed[key]
+
+    def _result(self, values: dict[int, Any], t: int) -> Any:
+        if t in values:
+            return values[t]
+        tensor = self.subgraph.tensors[t]
+        if tensor.data is not None:
+            return tensor.data
+        return np.zeros(tensor.shape, ir.numpy_dtype(tensor.dtype))
+
+    def output_shapes(self, input_shapes: Any) -> None:
+        return None  # the declared shapes (data-dependent partitions cannot be traced ahead of a run)
+
+    def reset_variables(self) -> None:
+        self.owner.variables = {}
