@@ -199,3 +199,70 @@ def test_quantized_add_and_mul_match_official(op, dtype, activation, qx, qy, qo,
     b.op(op, [x, y], [out], fused_activation_function=activation)
     b.output(out)
     check_op_model(b.build(), [random_input(sx, dtype, seed=1), random_input(sy, dtype, seed=2)])
+
+
+# --- quantized SUB, int16 ADD / SUB, SQUARED_DIFFERENCE, MAXIMUM / MINIMUM ----------------------
+
+def quantized_binary(op, dtype, qx, qy, qo, sx, sy, **options):
+    b = ModelBuilder()
+    x = b.input("x", sx, dtype, quantization=quantization(*qx))
+    y = b.input("y", sy, dtype, quantization=quantization(*qy))
+    out = b.tensor("out", np.broadcast_shapes(sx, sy), dtype, quantization=quantization(*qo))
+    b.op(op, [x, y], [out], **options)
+    b.output(out)
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("activation", ["NONE", "RELU6"])
+@pytest.mark.parametrize("qx,qy,qo,sx,sy", QUANTIZED_BINARY_CASES)
+def test_quantized_sub_matches_official(dtype, activation, qx, qy, qo, sx, sy):
+    offset = 128 if dtype == "uint8" else 0
+    model = quantized_binary("SUB", dtype, (qx[0], qx[1] + offset), (qy[0], qy[1] + offset),
+                             (qo[0], min(qo[1] + offset, 255)), sx, sy, fused_activation_function=activation)
+    check_op_model(model, [random_input(sx, dtype, seed=1), random_input(sy, dtype, seed=2)])
+
+
+INT16_SCALES = {  # x, y, output scales (zero points 0)
+    "general": (0.0007, 0.0011, 0.002),
+    "pot_second_finer": (2 ** -10, 2 ** -12, 2 ** -10),
+    "pot_first_finer": (2 ** -13, 2 ** -10, 2 ** -10),
+}
+
+
+@pytest.mark.parametrize("pot_option", [True, False])
+@pytest.mark.parametrize("scales", sorted(INT16_SCALES))
+@pytest.mark.parametrize("op", ["ADD", "SUB"])
+def test_int16_add_and_sub_match_official(op, scales, pot_option):
+    # power-of-two scales take the saturating Add16 / Sub16 kernel unless pot_scale_int16 is off;
+    # the official int16 power-of-two ADD aborts when it broadcasts, so ADD keeps one shape
+    sx, sy = ((2, 3, 4), (2, 3, 4)) if op == "ADD" else ((2, 3, 4), (3, 1))
+    s1, s2, so = INT16_SCALES[scales]
+    activation = "RELU" if pot_option else "NONE"
+    model = quantized_binary(op, "int16", (s1, 0), (s2, 0), (so, 0), sx, sy, pot_scale_int16=pot_option,
+                             fused_activation_function=activation)
+    xs = [random_input(sx, "int16", seed=1, low=-4000, high=4000), random_input(sy, "int16", seed=2, low=-4000, high=4000)]
+    check_op_model(model, xs)
+
+
+def test_int16_pot_add_saturates_like_official():
+    x = np.array([32767, -32768, 30000, -30000, 5], np.int16)
+    y = np.array([32767, -32768, 30000, 1, -7], np.int16)
+    check_op_model(quantized_binary("ADD", "int16", (2 ** -12, 0), (2 ** -13, 0), (2 ** -12, 0), (5,), (5,)), [x, y])
+
+
+@pytest.mark.parametrize("qx,qy,qo,sx,sy", QUANTIZED_BINARY_CASES)
+def test_int8_squared_difference_matches_official(qx, qy, qo, sx, sy):
+    model = quantized_binary("SQUARED_DIFFERENCE", "int8", qx, qy, (qo[0] * 3, qo[1]), sx, sy)
+    check_op_model(model, [random_input(sx, "int8", seed=1, low=-13, high=13),
+                           random_input(sy, "int8", seed=2, low=-13, high=13)])
+
+
+@pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_quantized_maximum_minimum_compare_raw_values_like_official(op, dtype):
+    # different input scales: the official kernel ignores quantization and compares raw integers
+    offset = 128 if dtype == "uint8" else 0
+    model = quantized_binary(op, dtype, (0.05, 3 + offset), (0.2, -5 + offset), (0.1, offset), (2, 3, 4), (3, 1))
+    check_op_model(model, [random_input((2, 3, 4), dtype, seed=1, low=-13, high=13),
+                           random_input((3, 1), dtype, seed=2, low=-13, high=13)])

@@ -100,3 +100,41 @@ def test_mixed_input_types_are_an_error():
     b.output(z)
     with pytest.raises(ModelExecutionError, match="LESS"):
         ReferenceBackend(b.build()).run([np.zeros(3, np.float32), np.zeros(3, np.int32)])
+
+
+# --- quantized int8 / uint8: compared by real value after fixed-point rescaling -----------------
+
+from litegpu.ir.builder import quantization  # noqa: E402
+
+QUANTIZED_SCALES = [((0.05, 3), (0.05, 3)), ((0.05, 3), (0.1, -5)), ((0.013, 10), (0.2, -50))]
+
+
+def quantized_comparison(op, dtype, qx, qy, sx, sy):
+    b = ModelBuilder()
+    x = b.input("x", sx, dtype, quantization=quantization(*qx))
+    y = b.input("y", sy, dtype, quantization=quantization(*qy))
+    out = b.tensor("out", np.broadcast_shapes(sx, sy), "bool")
+    b.op(op, [x, y], [out])
+    b.output(out)
+    return b.build()
+
+
+@pytest.mark.parametrize("qx,qy", QUANTIZED_SCALES)
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("op", COMPARISONS)
+def test_quantized_comparison_matches_official(op, dtype, qx, qy):
+    offset = 128 if dtype == "uint8" else 0
+    model = quantized_comparison(op, dtype, (qx[0], qx[1] + offset), (qy[0], qy[1] + offset), (2, 3, 4), (3, 1))
+    # few distinct values, so that equal real values (x 0.05 * 2k == y 0.1 * k) happen
+    x = random_input((2, 3, 4), "int8", seed=1, low=-0.4, high=0.4).astype(np.int64) * 2 + 3 + offset
+    y = random_input((3, 1), "int8", seed=2, low=-0.4, high=0.4).astype(np.int64) - 5 + offset
+    check_op_model(model, [x.astype(dtype), y.astype(dtype)])
+
+
+def test_quantized_comparison_with_scale_of_one_or_more_is_refused():
+    from litegpu.ir import read_model
+    from litegpu.ir.save import to_bytes
+    from litegpu.ops import Target, find
+
+    sg = read_model(to_bytes(quantized_comparison("LESS", "int8", (2.0, 0), (0.5, 1), (3,), (3,)))).subgraphs[0]
+    assert ">= 1" in find("LESS").unsupported_reason(sg.operators[0], sg, Target.XLA_CPU)

@@ -84,14 +84,16 @@ class _Binary(Op):
     def validate(self, ctx: OpContext, x: Any, y: Any) -> None:
         """Data checks the official kernel makes (reference backend only)."""
 
-    # The affine-quantized int8/uint8 kernel, for ops that have one (ADD, MUL). Others that accept
-    # int8 (FLOOR_DIV, MAXIMUM, ...) compute on the raw integers, as the official kernels do.
+    # The affine-quantized kernel, for ops that have one (ADD, SUB, MUL, SQUARED_DIFFERENCE), and
+    # the input types it takes. Others that accept int8 (FLOOR_DIV, MAXIMUM, ...) compute on the
+    # raw integers, as the official kernels do.
     quantized: Any = None
+    quantized_dtypes: tuple[str, ...] = QUANTIZED_8BIT
 
     def compute(self, ctx: OpContext, x: Any, y: Any) -> Any:
         check_same_dtype(ctx, x, y)
         broadcast_shape(ctx, x, y)
-        if self.quantized is not None and ctx.input(0).dtype in QUANTIZED_8BIT:
+        if self.quantized is not None and ctx.input(0).dtype in self.quantized_dtypes:
             return self.quantized(ctx, x, y)
         self.validate(ctx, x, y)
         with np.errstate(all="ignore"):
@@ -104,11 +106,12 @@ class _Binary(Op):
 
 @register("ADD")
 class Add(_Binary):
-    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT
+    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT + ("int16",)
+    quantized_dtypes = QUANTIZED_8BIT + ("int16",)
     clamps_result = True
 
     def quantized(self, ctx, x, y):
-        return _quantized_add(ctx, ctx.xp, x, y)
+        return _quantized_add_or_sub(ctx, ctx.xp, x, y, subtract=False)
 
     def apply(self, xp, x, y):
         return x + y
@@ -116,7 +119,12 @@ class Add(_Binary):
 
 @register("SUB")
 class Sub(_Binary):
+    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT + ("int16",)
+    quantized_dtypes = QUANTIZED_8BIT + ("int16",)
     clamps_result = True
+
+    def quantized(self, ctx, x, y):
+        return _quantized_add_or_sub(ctx, ctx.xp, x, y, subtract=True)
 
     def apply(self, xp, x, y):
         return x - y
@@ -134,27 +142,88 @@ class Mul(_Binary):
         return x * y
 
 
-# --- quantized (int8 / uint8) ADD and MUL: the official integer kernels ----------------
+# --- quantized ADD, SUB, MUL, SQUARED_DIFFERENCE: the official integer kernels ----------
 
-# ADD moves both inputs to a common scale 2^20 times finer than twice the larger input
-# scale (add.cc, 8-bit): enough headroom that the rescaled sum stays exact in int32.
-_ADD_LEFT_SHIFT = 20
+# ADD and SUB move both inputs to a common scale 2^20 (int16: 2^15) times finer than twice the
+# larger input scale (add.cc, sub.cc): enough headroom that the rescaled sum stays exact in int32.
+_ADD_LEFT_SHIFT = {"int8": 20, "uint8": 20, "int16": 15}
 
 
-def _quantized_add(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
+def _rescaled_inputs(ctx: OpContext, xp: Any, x: Any, y: Any, left_shift: int) -> tuple[Any, Any, float, float]:
+    """Both inputs, zero-point centred, shifted left and rescaled to the common scale
+    twice_max / 2^left_shift; also returns (twice the larger input scale, output scale)."""
     s1, z1 = qz.scale_and_zero_point(ctx, ctx.input(0), "first input")
     s2, z2 = qz.scale_and_zero_point(ctx, ctx.input(1), "second input")
-    so, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    so, _ = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
     twice_max = 2.0 * max(s1, s2)
     m1, e1 = fp.quantize_multiplier(s1 / twice_max)
     m2, e2 = fp.quantize_multiplier(s2 / twice_max)
-    mo, eo = fp.quantize_multiplier(twice_max / float(np.float32((1 << _ADD_LEFT_SHIFT) * np.float32(so))))
-    a = fp.multiply_by_quantized_multiplier(xp, (x.astype(xp.int64) - z1) << _ADD_LEFT_SHIFT, m1, e1)
-    b = fp.multiply_by_quantized_multiplier(xp, (y.astype(xp.int64) - z2) << _ADD_LEFT_SHIFT, m2, e2)
-    out = fp.multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, a + b), mo, eo) + zo
+    a = fp.multiply_by_quantized_multiplier(xp, (x.astype(xp.int64) - z1) << left_shift, m1, e1)
+    b = fp.multiply_by_quantized_multiplier(xp, (y.astype(xp.int64) - z2) << left_shift, m2, e2)
+    return a, b, twice_max, so
+
+
+def _quantized_add_or_sub(ctx: OpContext, xp: Any, x: Any, y: Any, *, subtract: bool) -> Any:
+    dtype = ctx.input(0).dtype
+    if dtype == "int16" and _pot_scales_int16(ctx):
+        return _pot_int16_add_or_sub(ctx, xp, x, y, subtract)
+    left_shift = _ADD_LEFT_SHIFT[dtype]
+    a, b, twice_max, so = _rescaled_inputs(ctx, xp, x, y, left_shift)
+    _, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    # (1 << shift) * scale is a float32 product in the official code (exact: a power of two)
+    mo, eo = fp.quantize_multiplier(twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
+    raw = fp.wrap_int32(xp, a - b if subtract else a + b)
+    out = fp.multiply_by_quantized_multiplier(xp, raw, mo, eo) + zo
     low, high = qz.activation_range(ctx.options.get("fused_activation_function", "NONE"), so, zo,
                                     ctx.output(0).dtype)
     return xp.clip(out, low, high)
+
+
+def _checked_log2(scale: float) -> int | None:
+    """``CheckedLog2``: the rounded log2 of a scale that is (within 1e-3) a power of two, else None."""
+    log2 = np.float32(np.log(np.float32(scale))) * np.float32(1.0 / np.log(np.float32(2.0)))
+    rounded = fp.round_half_away(float(log2))
+    return int(rounded) if abs(float(log2) - rounded) < 1e-3 else None
+
+
+def _pot_scales_int16(ctx: OpContext) -> bool:
+    """int16 ADD / SUB take the power-of-two kernel when pot_scale_int16 (default true) is set
+    and all three scales are powers of two; otherwise the general rescaling one."""
+    if not ctx.options.get("pot_scale_int16", True):
+        return False
+    tensors = (ctx.input(0), ctx.input(1), ctx.output(0))
+    return all(t.quantization is not None and t.quantization.scale and
+               _checked_log2(t.quantization.scale[0]) is not None for t in tensors)
+
+
+def _pot_int16_add_or_sub(ctx: OpContext, xp: Any, x: Any, y: Any, subtract: bool) -> Any:
+    """The LSTM-style int16 kernel (Add16 / Sub16): symmetric power-of-two scales, one input
+    at the output's scale and the other a rounding right shift away; saturating int16 sum."""
+    logs = [_checked_log2(t.quantization.scale[0]) for t in (ctx.input(0), ctx.input(1), ctx.output(0))]
+    shifts = (logs[0] - logs[2], logs[1] - logs[2])
+    zero_points = [qz.scale_and_zero_point(ctx, t, "int16")[1] for t in (ctx.input(0), ctx.input(1), ctx.output(0))]
+    if any(zero_points) or max(shifts) > 0 or 0 not in shifts or min(shifts) < -31:
+        raise ModelExecutionError(f"{ctx.op}: power-of-two int16 needs zero points 0 and one input at the "
+                                  f"output's scale, the other finer; got scale exponents {logs}")
+    a = fp.rounding_divide_by_pot(xp, x.astype(xp.int64), -shifts[0])
+    b = fp.rounding_divide_by_pot(xp, y.astype(xp.int64), -shifts[1])
+    out = xp.clip(a - b if subtract else a + b, -32768, 32767)
+    so = float(np.float32(ctx.output(0).quantization.scale[0]))
+    low, high = qz.activation_range(ctx.options.get("fused_activation_function", "NONE"), so, 0, "int16")
+    return xp.clip(out, low, high)
+
+
+def _quantized_squared_difference(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
+    """squared_difference.cc (int8): inputs rescaled to a common scale 2^7 finer than twice the
+    larger one, the difference squared in int32, rescaled by twice_max^2 / (2^14 * out_scale);
+    clamped to int8 (there is no fused activation)."""
+    left_shift = 7
+    a, b, twice_max, so = _rescaled_inputs(ctx, xp, x, y, left_shift)
+    _, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    mo, eo = fp.quantize_multiplier(twice_max * twice_max / float(np.float32((1 << 2 * left_shift) * np.float32(so))))
+    diff = a - b
+    out = fp.multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, diff * diff), mo, eo) + zo
+    return xp.clip(out, -128, 127)
 
 
 def _quantized_mul(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
@@ -242,7 +311,8 @@ def _int_from_double(xp: Any, value: Any, dtype: Any) -> Any:
 
 @register("MAXIMUM")
 class Maximum(_Binary):
-    dtypes = ("float32", "float16", "int32", "int64", "int16")
+    # int8 / uint8 compare the raw values: the official kernel ignores the quantization
+    dtypes = ("float32", "float16", "int32", "int64", "int16", "int8", "uint8")
 
     def apply(self, xp, x, y):
         # Not xp.maximum: the official `a > b ? a : b` returns b when a is NaN.
@@ -251,7 +321,7 @@ class Maximum(_Binary):
 
 @register("MINIMUM")
 class Minimum(_Binary):
-    dtypes = ("float32", "float16", "int32", "int64", "int16")
+    dtypes = ("float32", "float16", "int32", "int64", "int16", "int8", "uint8")
 
     def apply(self, xp, x, y):
         return xp.where(x < y, x, y)
@@ -259,7 +329,11 @@ class Minimum(_Binary):
 
 @register("SQUARED_DIFFERENCE")
 class SquaredDifference(_Binary):
-    dtypes = ("float32", "float16", "int32")
+    dtypes = ("float32", "float16", "int32", "int8")
+    quantized_dtypes = ("int8",)
+
+    def quantized(self, ctx, x, y):
+        return _quantized_squared_difference(ctx, ctx.xp, x, y)
 
     def apply(self, xp, x, y):
         d = x - y

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as q
+from . import fixedpoint as fp
 from .common import conv_output_size, explicit_padding, fused_activation, same_padding
 from .registry import Op, OpContext, Target, register
 
@@ -34,12 +35,16 @@ def _geometry(ctx: OpContext, x_shape: tuple, w_shape: tuple) -> tuple:
 
 @register("CONV_2D")
 class Conv2D(Op):
-    dtypes = ("float32", "float16", "int8", "uint8")
+    dtypes = ("float32", "float16", "int8", "uint8", "int16")
 
     def unsupported_reason(self, op, subgraph, target):
         return super().unsupported_reason(op, subgraph, target) or _quantized_weights_reason(op, subgraph)
 
     def reference(self, ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        if _is_hybrid(ctx):
+            return _hybrid_conv(np, ctx, x, w, bias, _conv_accumulate, _conv_hybrid_per_channel(ctx, w))
+        if ctx.input(0).dtype == "int16":
+            return _quantized_conv_16x8(np, ctx, x, w, bias, _conv_accumulate)
         if x.dtype.kind in "iu":
             return _quantized_conv(np, ctx, x, w, bias, _conv_accumulate, ruy=True)
         (sh, sw), (dh, dw), ((pt, pb), (pl, pr)) = _geometry(ctx, x.shape, w.shape)
@@ -64,6 +69,10 @@ class Conv2D(Op):
         return fused_activation(np, out, ctx.options.fused_activation_function).astype(x.dtype)
 
     def lower(self, ctx: OpContext, x: Any, w: Any, bias: Any = None) -> Any:
+        if _is_hybrid(ctx):
+            return _hybrid_conv(ctx.xp, ctx, x, w, bias, _conv_accumulate, _conv_hybrid_per_channel(ctx, w))
+        if ctx.input(0).dtype == "int16":
+            return _quantized_conv_16x8(ctx.xp, ctx, x, w, bias, _conv_accumulate)
         if ctx.input(0).dtype in q.QUANTIZED_8BIT:
             return _quantized_conv(ctx.xp, ctx, x, w, bias, _conv_accumulate, ruy=True)
         jnp, lax = ctx.xp, ctx.lax
@@ -124,13 +133,103 @@ def _finish(ctx: OpContext, xp: Any, y: Any, bias: Any) -> Any:
 
 # --- quantized (int8 / uint8) CONV_2D and DEPTHWISE_CONV_2D --------------------------
 
-def _quantized_weights_reason(op: Any, subgraph: Any) -> str | None:
+def _quantized_weights_reason(op: Any, subgraph: Any, *, depthwise: bool = False) -> str | None:
+    """The input / weights / bias type combinations the official kernels run."""
     x, w = subgraph.tensors[op.inputs[0]], subgraph.tensors[op.inputs[1]]
-    if x.dtype not in q.QUANTIZED_8BIT:
-        return None
-    if w.dtype != x.dtype:  # int8 activations take int8 weights, uint8 take uint8
+    bias = subgraph.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    if x.dtype == "float32":
+        grouped = not depthwise and len(w.shape) == 4 and len(x.shape) == 4 and x.shape[3] != w.shape[3]
+        return _hybrid_weights_reason(w, depthwise, grouped)
+    if x.dtype in q.QUANTIZED_8BIT and w.dtype != x.dtype:  # int8 activations take int8 weights, uint8 take uint8
         return f"{w.dtype} weights with {x.dtype} input are not supported"
+    if x.dtype == "int16":
+        if w.dtype != "int8":
+            return f"{w.dtype} weights with int16 input are not supported (16x8 takes int8 weights)"
+        wanted = "int64" if depthwise else _bias_type_16x8(op.options)
+        if bias is not None and bias.dtype != wanted:
+            # the official kernel would read the bias buffer as the other type
+            return f"{bias.dtype} bias with int16 input is not supported here (the options ask for {wanted})"
     return None
+
+
+def _bias_type_16x8(options: Any) -> str:
+    """CONV_2D 16x8 accumulates in int32 only when the options say quantized_bias_type INT32."""
+    return "int32" if options.get("quantized_bias_type", "FLOAT32") == "INT32" else "int64"
+
+
+def _hybrid_weights_reason(w: Any, depthwise: bool, grouped: bool = False) -> str | None:
+    if w.dtype == "float32":
+        return None
+    if w.dtype != "int8":  # the official CONV_2D would read uint8 weights as int8
+        return f"{w.dtype} weights with float input are not supported (hybrid kernels take int8)"
+    if w.quantization is None or not w.quantization.scale:
+        return "int8 weights without a quantization scale"
+    if depthwise and len(w.quantization.scale) != w.shape[3]:
+        # the official kernel indexes one scale per output channel
+        return "hybrid DEPTHWISE_CONV_2D needs one weight scale per output channel"
+    if not depthwise and grouped and len(w.quantization.scale) != w.shape[0]:
+        return "grouped hybrid CONV_2D needs one weight scale per output channel"
+    return None
+
+
+def _is_hybrid(ctx: OpContext) -> bool:
+    return ctx.input(0).dtype == "float32" and ctx.input(1).dtype == "int8"
+
+
+def _conv_hybrid_per_channel(ctx: OpContext, w: Any) -> bool:
+    """CONV_2D takes the per-channel (asymmetric input) hybrid kernel when the weight
+    scales differ, or for grouped convolution; otherwise the per-tensor symmetric one."""
+    scales = ctx.input(1).quantization.scale
+    return len(set(scales)) > 1 or ctx.input(0).shape[-1] != w.shape[3]
+
+
+def _hybrid_conv(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate: Any, per_channel: bool) -> Any:
+    """The dynamic-range kernels: each batch of the float input is quantized to int8 on the
+    fly, convolved with the int8 weights in integers, and the int32 result is scaled back
+    to float (input scale times weight scale, in float32), plus the float bias.
+
+    Per channel, the input quantization is asymmetric and padding takes the batch's zero
+    point (a real 0), which centring then zero padding reproduces; per tensor it is
+    symmetric and the weight scale folds into the input's (``scale[0]``)."""
+    y_t = ctx.output(0)
+    cout = y_t.shape[-1] if y_t.shape else w.shape[0]
+    scales = np.asarray(ctx.input(1).quantization.scale, np.float32)
+    wc = w.astype(xp.int64)  # the hybrid kernels ignore the weights' zero point
+    if per_channel:
+        xq, input_scale, zero_point = q.asymmetric_quantize_batches(xp, x)
+        acc = accumulate(xp, ctx, xq - zero_point.reshape(-1, 1, 1, 1), wc)
+        scales = np.broadcast_to(scales, (cout,)) if scales.size == 1 else scales
+        factor = (input_scale[:, None] * scales[None, :]).astype(xp.float32)[:, None, None, :]
+    else:
+        xq, input_scale = q.symmetric_quantize_batches(xp, x)
+        acc = accumulate(xp, ctx, xq, wc)
+        factor = (input_scale * scales[0]).astype(xp.float32).reshape(-1, 1, 1, 1)
+    y = fp.wrap_int32(xp, acc).astype(xp.float32) * factor
+    return _finish(ctx, xp, y, None if bias is None else bias.astype(xp.float32))
+
+
+def _quantized_conv_16x8(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate: Any,
+                         input_index: int = 0) -> Any:
+    """``ConvPerChannel`` on int16 activations and int8 weights (zero points 0).  By default
+    the accumulator and bias are int64 and the reference kernel rescales with the
+    single-rounding 64-bit MultiplyByQuantizedMultiplier.  CONV_2D with quantized_bias_type
+    INT32 runs the optimized int32 GEMM instead, whose rescale is ruy's half-up double
+    rounding (measured: TFLite's rounding differs by 1 there)."""
+    y_t = ctx.output(0)
+    in_scale, _ = q.scale_and_zero_point(ctx, ctx.input(input_index), "input")
+    out_scale, out_zp = q.scale_and_zero_point(ctx, y_t, "output")
+    cout = y_t.shape[-1] if y_t.shape else w.shape[-1]
+    multipliers, shifts = q.per_channel_multipliers(in_scale, q.channel_scales(ctx, ctx.input(1), "filter", cout),
+                                                    out_scale)
+    low, high = q.activation_range(ctx.options.get("fused_activation_function", "NONE"), out_scale, out_zp, y_t.dtype)
+    acc = accumulate(xp, ctx, x.astype(xp.int64), w.astype(xp.int64))
+    if bias is not None:
+        acc = acc + bias.astype(xp.int64)
+    if ctx.op.opcode_name != "DEPTHWISE_CONV_2D" and _bias_type_16x8(ctx.options) == "int32":
+        scaled = q.ruy_multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, acc), multipliers, shifts)
+    else:
+        scaled = fp.multiply_by_quantized_multiplier_int64(xp, acc, multipliers, shifts)
+    return xp.clip(scaled + out_zp, low, high)
 
 
 def _conv_accumulate(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
@@ -168,11 +267,12 @@ def _depthwise_vector_channels(ctx: OpContext, channels: int) -> Any:
     return np.arange(channels) < channels // 8 * 8
 
 
-def _quantized_conv(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate: Any, *, ruy: Any) -> Any:
+def _quantized_conv(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate: Any, *, ruy: Any,
+                    input_index: int = 0) -> Any:
     """TFLite's integer convolution: sum((x - x_zp) * (w - w_zp)) + bias, rescaled per output
     channel by QuantizeMultiplier(in_scale * w_scale / out_scale), plus the output zero
     point, clamped to the fused activation's quantized range."""
-    x_t, w_t, y_t = ctx.input(0), ctx.input(1), ctx.output(0)
+    x_t, w_t, y_t = ctx.input(input_index), ctx.input(1), ctx.output(0)
     in_scale, in_zp = q.scale_and_zero_point(ctx, x_t, "input")
     out_scale, out_zp = q.scale_and_zero_point(ctx, y_t, "output")
     cout = y_t.shape[-1] if y_t.shape else w.shape[0]
@@ -219,15 +319,17 @@ def _depthwise_by_taps(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
 
 @register("DEPTHWISE_CONV_2D")
 class DepthwiseConv2D(Op):
-    dtypes = ("float32", "int8", "uint8")
+    dtypes = ("float32", "int8", "uint8", "int16")
 
     def unsupported_reason(self, op, subgraph, target):
-        reason = super().unsupported_reason(op, subgraph, target)
-        if reason is None and subgraph.tensors[op.inputs[0]].dtype in q.QUANTIZED_8BIT:
-            return _quantized_weights_reason(op, subgraph)
-        return reason or _float_weights_reason(op, subgraph, 1)
+        return super().unsupported_reason(op, subgraph, target) or \
+            _quantized_weights_reason(op, subgraph, depthwise=True)
 
     def reference(self, ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        if _is_hybrid(ctx):
+            return _hybrid_conv(np, ctx, x, w, bias, _depthwise_by_taps, per_channel=True)
+        if ctx.input(0).dtype == "int16":
+            return _quantized_conv_16x8(np, ctx, x, w, bias, _depthwise_by_taps)
         if x.dtype.kind in "iu":
             return _quantized_conv(np, ctx, x, w, bias, _depthwise_by_taps, ruy=_depthwise_vector_channels(ctx, w.shape[3]))
         y = _depthwise_by_taps(np, ctx, x.astype(np.float32), w.astype(np.float32))
@@ -245,6 +347,10 @@ class DepthwiseConv2D(Op):
         # XLA CPU has no fast path for feature_group_count == channels, so the unrolled
         # multiply-add of shifted slices wins there; on GPU the grouped convolution is a
         # native cuDNN kernel, so it stays.
+        if _is_hybrid(ctx):
+            return _hybrid_conv(ctx.xp, ctx, x, w, bias, _depthwise_by_taps, per_channel=True)
+        if ctx.input(0).dtype == "int16":
+            return _quantized_conv_16x8(ctx.xp, ctx, x, w, bias, _depthwise_by_taps)
         if ctx.input(0).dtype in q.QUANTIZED_8BIT:
             return _quantized_conv(ctx.xp, ctx, x, w, bias, _depthwise_by_taps, ruy=_depthwise_vector_channels(ctx, w.shape[3]))
         if ctx.target is Target.XLA_GPU:
@@ -287,9 +393,59 @@ def _transpose_conv_geometry(ctx: OpContext, output_shape: Any, w_shape: tuple, 
     return out_shape, strides, pads
 
 
+def _transpose_conv_reason(op: Any, subgraph: Any) -> str | None:
+    """TRANSPOSE_CONV's inputs are (output_shape, weights, input, bias): the type checks of
+    CONV_2D, on its own input positions."""
+    x, w = subgraph.tensors[op.inputs[2]], subgraph.tensors[op.inputs[1]]
+    bias = subgraph.tensors[op.inputs[3]] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
+    if x.dtype == "float32":
+        return _hybrid_weights_reason(w, depthwise=False)
+    if x.dtype in q.QUANTIZED_8BIT and w.dtype != x.dtype:
+        return f"{w.dtype} weights with {x.dtype} input are not supported"
+    if x.dtype == "int16":
+        if w.dtype != "int8":
+            return f"{w.dtype} weights with int16 input are not supported (16x8 takes int8 weights)"
+        wanted = _bias_type_16x8(op.options)
+        if bias is not None and bias.dtype != wanted:
+            return f"{bias.dtype} bias with int16 input is not supported here (the options ask for {wanted})"
+    return None
+
+
+def _transpose_accumulate(xp: Any, ctx: OpContext, output_shape: Any, x: Any, w: Any) -> Any:
+    """Scatter-add of every input pixel times each filter tap into the (stride-spaced)
+    output, cropped by the padding: exact in integers, the float reference's order too."""
+    out_shape, (sh, sw), (ph, pw) = _transpose_conv_geometry(ctx, output_shape, w.shape, x.shape)
+    n, h, wd, _ = x.shape
+    cout, kh, kw, _ = w.shape
+    full_shape = (n, max((h - 1) * sh + kh, ph + out_shape[1]), max((wd - 1) * sw + kw, pw + out_shape[2]), cout)
+    dtype = xp.result_type(x.dtype, w.dtype)
+    full = xp.zeros(full_shape, dtype)
+    for i in range(kh):
+        for j in range(kw):
+            window = (slice(None), slice(i, i + (h - 1) * sh + 1, sh), slice(j, j + (wd - 1) * sw + 1, sw), slice(None))
+            term = xp.matmul(x, w[:, i, j, :].T)
+            if xp is np:
+                full[window] += term
+            else:
+                full = full.at[window].add(term)
+    return full[:, ph:ph + out_shape[1], pw:pw + out_shape[2], :]
+
+
+def _transpose_vector_lanes(dtype: str, out_shape: tuple) -> np.ndarray:
+    """Where the official optimized TRANSPOSE_CONV rescales with (x86-emulated) NEON
+    vectors, which round half up; elsewhere the scalar MultiplyByQuantizedMultiplier
+    rounds half away from zero.  Measured with exact ties: int8 (per channel) vectorizes
+    whole blocks of 8 channels; uint8 (one multiplier) whole blocks of 16 elements of the
+    flattened output."""
+    if dtype == "int8":
+        return np.arange(out_shape[3]) < out_shape[3] // 8 * 8
+    size = int(np.prod(out_shape))
+    return np.arange(size).reshape(out_shape) < size // 16 * 16
+
+
 @register("TRANSPOSE_CONV")
 class TransposeConv(Op):
-    dtypes = ("float32",)
+    dtypes = ("float32", "int8", "uint8", "int16")
 
     def input_dtype(self, op, subgraph):
         if len(op.inputs) > 2 and op.inputs[2] >= 0:
@@ -297,23 +453,37 @@ class TransposeConv(Op):
         return super().input_dtype(op, subgraph)
 
     def unsupported_reason(self, op, subgraph, target):
-        return super().unsupported_reason(op, subgraph, target) or _float_weights_reason(op, subgraph, 1)
+        return super().unsupported_reason(op, subgraph, target) or _transpose_conv_reason(op, subgraph)
+
+    def _integer(self, xp: Any, ctx: OpContext, output_shape: Any, w: Any, x: Any, bias: Any) -> Any | None:
+        """The hybrid and quantized kernels, or None for float weights and input."""
+        def accumulate(xp_, ctx_, xc, wc):
+            return _transpose_accumulate(xp_, ctx_, output_shape, xc, wc)
+
+        dtype = ctx.input(2).dtype
+        if dtype == "float32" and ctx.input(1).dtype == "int8":
+            # reference_ops::HybridTransposeConv: per-batch asymmetric input, per-channel scales
+            return _hybrid_conv(xp, ctx, x, w, bias, accumulate, per_channel=True)
+        if dtype == "int16":
+            return _quantized_conv_16x8(xp, ctx, x, w, bias, accumulate, input_index=2)
+        if dtype in q.QUANTIZED_8BIT:
+            out_shape = _transpose_conv_geometry(ctx, output_shape, w.shape, x.shape)[0]
+            return _quantized_conv(xp, ctx, x, w, bias, accumulate, ruy=_transpose_vector_lanes(dtype, out_shape),
+                                   input_index=2)
+        return None
 
     def reference(self, ctx: OpContext, output_shape: Any, w: np.ndarray, x: np.ndarray,
                   bias: np.ndarray | None = None) -> np.ndarray:
-        out_shape, (sh, sw), (ph, pw) = _transpose_conv_geometry(ctx, output_shape, w.shape, x.shape)
-        n, h, wd, _ = x.shape
-        cout, kh, kw, _ = w.shape
-        full = np.zeros((n, max((h - 1) * sh + kh, ph + out_shape[1]),
-                         max((wd - 1) * sw + kw, pw + out_shape[2]), cout), np.float32)
-        xf, wf = x.astype(np.float32), w.astype(np.float32)
-        for i in range(kh):
-            for j in range(kw):
-                full[:, i:i + (h - 1) * sh + 1:sh, j:j + (wd - 1) * sw + 1:sw, :] += xf @ wf[:, i, j, :].T
-        y = full[:, ph:ph + out_shape[1], pw:pw + out_shape[2], :]
+        integer = self._integer(np, ctx, output_shape, w, x, bias)
+        if integer is not None:
+            return integer
+        y = _transpose_accumulate(np, ctx, output_shape, x.astype(np.float32), w.astype(np.float32))
         return _finish(ctx, np, y, None if bias is None else bias.astype(np.float32))
 
     def lower(self, ctx: OpContext, output_shape: Any, w: Any, x: Any, bias: Any = None) -> Any:
+        integer = self._integer(ctx.xp, ctx, output_shape, w, x, bias)
+        if integer is not None:
+            return integer
         lax = ctx.lax
         out_shape, strides, pads = _transpose_conv_geometry(ctx, output_shape, w.shape, x.shape)
         # A stride-1 correlation of the stride-dilated input with the flipped filter;
