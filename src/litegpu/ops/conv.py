@@ -248,13 +248,39 @@ def _conv_accumulate(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     for g in range(groups):
         xs = x[..., g * cin_g:(g + 1) * cin_g]
         wg = w[g * per_group:(g + 1) * per_group]
-        acc = None
-        for i in range(kh):
-            for j in range(kw):
-                term = xp.matmul(_strided_tap(xs, (i * dh, j * dw), out_hw, (sh, sw)), wg[:, i, j, :].T)
+        taps = [_strided_tap(xs, (i * dh, j * dw), out_hw, (sh, sw)) for i in range(kh) for j in range(kw)]
+        if xp is np:
+            acc = None
+            for n, tap in enumerate(taps):
+                term = xp.matmul(tap, wg[:, n // kw, n % kw, :].T)
                 acc = term if acc is None else acc + term
+        else:
+            # im2col: one exact GEMM over (tap, channel), the taps in the weights' (i, j, c) order
+            patches = taps[0] if len(taps) == 1 else xp.concatenate(taps, axis=-1)
+            matrix = wg.reshape(wg.shape[0], -1).T
+            acc = q.exact_matmul(xp, patches, matrix, _integer_dot_bound(ctx, matrix))
         parts.append(acc)
     return parts[0] if groups == 1 else xp.concatenate(parts, axis=-1)
+
+
+def _integer_input_magnitude(ctx: OpContext) -> int:
+    """The largest |x| the integer accumulators see: the centred 8-bit input, the hybrid
+    kernels' on-the-fly int8 quantization minus its zero point, or an int16 input."""
+    x_t = ctx.input(2 if ctx.op.opcode_name == "TRANSPOSE_CONV" else 0)
+    if x_t.dtype in q.QUANTIZED_8BIT and q.is_quantized(x_t):
+        return q.centred_magnitude(x_t.dtype, q.scale_and_zero_point(ctx, x_t, "input")[1])
+    if x_t.dtype == "int16":
+        return 1 << 16
+    return 255
+
+
+def _integer_dot_bound(ctx: OpContext, matrix: Any) -> int:
+    """Bound on every accumulator sum (see ``_quantized.exact_matmul``): exact from the weights'
+    values when they are constants, from their dtype's range otherwise."""
+    magnitude = _integer_input_magnitude(ctx)
+    if isinstance(matrix, np.ndarray):
+        return q.dot_bound(magnitude, matrix, 0)
+    return magnitude * (1 << 16) * int(matrix.shape[0])
 
 
 def _depthwise_vector_channels(ctx: OpContext, channels: int) -> Any:
@@ -309,12 +335,23 @@ def _depthwise_by_taps(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     x = xp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
     if multiplier > 1:  # output channel c*m + k reads input channel c
         x = xp.repeat(x, multiplier, axis=3)
+    exact_in = _exact_float_type(xp, ctx, x, w)
+    if exact_in is not None:  # integers as floats: several times faster vectors than int64 (see exact_matmul)
+        x, w = x.astype(exact_in), w.astype(exact_in)
     out = None
     for i in range(w.shape[1]):
         for j in range(w.shape[2]):
             term = _strided_tap(x, (i * dh, j * dw), out_hw, (sh, sw)) * w[0, i, j]
             out = term if out is None else out + term
-    return out
+    return out if exact_in is None else out.astype(xp.int64)
+
+
+def _exact_float_type(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
+    """float32 when an integer depthwise sum provably stays exact in it under XLA, else None."""
+    if xp is np or np.dtype(x.dtype).kind not in "iu" or not isinstance(w, np.ndarray):
+        return None
+    taps = np.abs(w.astype(np.int64)).sum(axis=(0, 1, 2)).max() if w.size else 0
+    return xp.float32 if _integer_input_magnitude(ctx) * int(taps) < q.F32_EXACT else None
 
 
 @register("DEPTHWISE_CONV_2D")
