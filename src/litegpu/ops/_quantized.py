@@ -194,3 +194,107 @@ def is_affine_tensor(t: Any) -> bool:
     """The tensor carries at least one scale (any integer dtype, packed ones included)."""
     return t is not None and t.quantization is not None and t.quantization.is_affine
 
+
+
+# --- exact integer matrix products on float GEMMs (lead) -------------------------------------
+
+F32_EXACT = 1 << 24   # every integer of magnitude up to 2^24 is a float32
+F64_EXACT = 1 << 53
+
+
+def magnitude_bound(values: Any) -> int:
+    """The largest |value| of a static integer array (0 when empty)."""
+    values = np.asarray(values)
+    return int(np.abs(values.astype(np.int64)).max()) if values.size else 0
+
+
+def exact_matmul(xp: Any, a: Any, b: Any, bound: int) -> Any:
+    """``a @ b`` of integer-valued arrays as int64, exactly, given ``bound`` >= every sum of
+    |a_ik * b_kj| over k.  Under XLA it runs as a float32 (or float64) GEMM: every partial sum
+    is then an integer the float type holds exactly, in any summation order, and XLA CPU's
+    float GEMMs are 5 to 20 times faster than its int64 dot (bench/bench_int_matmul.py).
+    numpy keeps int64 arithmetic."""
+    if xp is np or bound >= F64_EXACT:
+        return xp.matmul(a.astype(xp.int64), b.astype(xp.int64))
+    import jax
+
+    dtype = xp.float32 if bound < F32_EXACT else xp.float64
+    product = xp.matmul(a.astype(dtype), b.astype(dtype), precision=jax.lax.Precision.HIGHEST)
+    return product.astype(xp.int64)
+
+
+def dot_bound(lhs_magnitude: int, rhs: Any, contract_axis: int) -> int:
+    """A bound on |sum_k lhs_k * rhs_k| for any lhs with |lhs_k| <= ``lhs_magnitude`` and the static
+    ``rhs`` contracted along ``contract_axis``: lhs_magnitude * max over outputs of sum_k |rhs_k|."""
+    rhs = np.abs(np.asarray(rhs).astype(np.int64))
+    if rhs.size == 0:
+        return 0
+    return lhs_magnitude * int(rhs.sum(axis=contract_axis).max())
+
+
+def centred_magnitude(dtype: str, zero_point: int) -> int:
+    """The largest |q - zero_point| a ``dtype`` value q can have."""
+    low, high = dtype_limits(dtype)
+    return max(abs(low - zero_point), abs(high - zero_point))
+
+
+# --- int16 interpolated lookup tables (LUTPopulate<int16_t> / LUTLookup) ----------------
+# Added for the int16 unary ops (unary.py: RSQRT, LOG, EXP) and int16 SOFTMAX (normalization.py). ---
+
+def _float_to_int16_like_x86(values: np.ndarray) -> np.ndarray:
+    """``static_cast<int16_t>`` of a float: a 32-bit truncating conversion (NaN gives INT32_MIN)
+    whose low 16 bits are kept."""
+    wide = fp.float_to_int32_like_x86(np, np.trunc(values))
+    return (((wide + (1 << 15)) & 0xFFFF) - (1 << 15)).astype(np.int16)
+
+
+def lut_int16(transform: Any, input_scale: float, input_zero_point: int, output_scale: float,
+              output_zero_point: int, float_dtype: Any = np.float32) -> np.ndarray:
+    """``LUTPopulateInt16``: 513 samples of ``transform`` over the whole int16 input range,
+    each biased by half the error the linear interpolation makes at the segment's midpoint.
+
+    Computed in ``float_dtype`` (float32, or float64 where the official caller passes doubles)
+    like the C++.  The output zero point only enters through the output range, whose width
+    sets the scaling: the table holds ``round(f(x) / scale)``, not shifted by the zero point."""
+    f = np.dtype(float_dtype).type
+    with np.errstate(all="ignore"):
+        input_min = f(input_scale) * f(-32768 - input_zero_point)
+        input_max = f(input_scale) * f(32767 - input_zero_point)
+        output_min = f(output_scale) * f(-32768 - output_zero_point)
+        output_max = f(output_scale) * f(32767 - output_zero_point)
+        step = (input_max - input_min) / f(512)
+        half_step = step / f(2)
+        scaling = f(65536) / (output_max - output_min)
+        i = np.arange(512).astype(float_dtype)
+        sample_at = input_min + i * step
+        value = np.asarray(transform(sample_at), float_dtype)
+        midpoint = np.asarray(transform(sample_at + half_step), float_dtype)
+        following = np.asarray(transform(input_min + (i + f(1)) * step), float_dtype)
+
+        def rnd(v: np.ndarray) -> np.ndarray:
+            return fp.round_half_away_from_zero(np, np.asarray(v, float_dtype)).astype(float_dtype)
+
+        sample = rnd(value * scaling)
+        interpolated = rnd((following * scaling + sample) / f(2))
+        bias = rnd((interpolated - rnd(midpoint * scaling)) / f(2))
+        last = rnd(np.asarray(transform(np.array([input_max], float_dtype)), float_dtype) * scaling)
+        entries = np.concatenate([sample - bias, last])
+        # std::max/std::min keep a NaN first argument, as here
+        entries = np.where(np.isnan(entries), entries, np.clip(entries, f(-32768), f(32767)))
+    return _float_to_int16_like_x86(entries)
+
+
+def lookup_int16(xp: Any, table: np.ndarray, x: Any) -> Any:
+    """``LUTLookup`` of int16 values: the top 9 bits pick a segment, the low 7 interpolate
+    (int16 slope and result wrap, as the C++ casts do)."""
+    wide = x.astype(xp.int32)
+    index = 256 + (wide >> 7)
+    fraction = wide & 0x7F
+    entries = xp.asarray(table.astype(np.int32))
+    base = xp.take(entries, index)
+    slope = _wrap_int16(xp, xp.take(entries, index + 1) - base)
+    return _wrap_int16(xp, base + ((slope * fraction + 64) >> 7))
+
+
+def _wrap_int16(xp: Any, v: Any) -> Any:
+    return ((v + (1 << 15)) & 0xFFFF) - (1 << 15)
