@@ -266,3 +266,121 @@ def test_hybrid_embedding_lookup(dtype, per_row):
     b.op("EMBEDDING_LOOKUP", [ids, table], [out])
     b.output(out)
     check_op_model(b.build(), [np.array([5, 0, 2, 5], np.int32)])
+
+
+# --- the official 4-bit hybrid kernel and blockwise int4 weights ---------------------------------
+# Both are bit-exact emulations in our reference kernels (asserted exactly below); the XLA lowerings
+# are held to the float rule (1e-5 of the output magnitude).
+
+def assert_reference_bit_exact(model, inputs):
+    from litegpu.backends import ReferenceBackend
+    from litegpu.ir import read_model
+    from litegpu.ir.save import to_bytes
+    from oracle import run_official
+
+    data = to_bytes(model)
+    expected = run_official(data, inputs)
+    got = ReferenceBackend(read_model(data)).run(list(inputs))
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+    return expected
+
+
+def four_bit_model(in_shape, units, per_channel, activation="NONE", asymmetric=False, bias=True, keep_num_dims=False):
+    """int4 weights in [-7, 7]: the official x86 4-bit kernel repacks -8 wrongly (it turns -8 and
+    some of its neighbours into +8), so -8 is left out of the comparison."""
+    depth = in_shape[-1]
+    rng = np.random.default_rng(21)
+    b = ModelBuilder()
+    x = b.input("x", in_shape)
+    scales = np.linspace(0.01, 0.05, units) if per_channel else 0.03
+    w = b.constant("w", rng.integers(-7, 8, (units, depth)).astype(np.int8), "int4",
+                   quantization=quantization(scales, 0))
+    bias_t = b.constant("bias", rng.standard_normal(units).astype(np.float32)) if bias else -1
+    rows = int(np.prod(in_shape)) // depth
+    y = b.tensor("y", tuple(in_shape[:-1]) + (units,) if keep_num_dims else (rows, units))
+    b.op("FULLY_CONNECTED", [x, w, bias_t], [y], fused_activation_function=activation,
+         asymmetric_quantize_inputs=asymmetric, keep_num_dims=keep_num_dims)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("in_shape,units,per_channel,activation,asymmetric,bias", [
+    ((1, 512), 256, True, "NONE", False, True),
+    ((8, 512), 256, True, "NONE", False, True),
+    ((8, 512), 256, False, "RELU", True, False),   # the 4-bit kernel ignores asymmetric_quantize_inputs
+    ((5, 34), 4, False, "RELU6", False, True),     # just above the threshold, depth not a multiple of 32
+    ((3, 32), 7, True, "NONE", True, True),
+])
+def test_hybrid_fc_int4_optimized_kernel(in_shape, units, per_channel, activation, asymmetric, bias):
+    model = four_bit_model(in_shape, units, per_channel, activation, asymmetric, bias)
+    x = random_input(in_shape, seed=22)
+    x[0] = 0.0  # an all-zero row: range 127, output = bias
+    assert_reference_bit_exact(model, [x])
+    hybrid_check(model, [x])
+
+
+def test_hybrid_fc_int4_optimized_kernel_keeps_num_dims():
+    model = four_bit_model((2, 3, 64), 8, True, keep_num_dims=True)
+    x = random_input((2, 3, 64), seed=23)
+    assert_reference_bit_exact(model, [x])
+    hybrid_check(model, [x])
+
+
+def blockwise_model(in_shape, units, block, bias=True, activation="NONE", weights_dtype="int4",
+                    scales_dtype=np.float16, zero_points=None):
+    from litegpu.ir.model import Options, Quantization
+
+    depth = in_shape[-1]
+    rng = np.random.default_rng(24)
+    b = ModelBuilder()
+    x = b.input("x", in_shape)
+    scales = b.constant("scales", rng.uniform(0.005, 0.05, (units, depth // block)).astype(scales_dtype))
+    zps = -1 if zero_points is None else b.constant("zps", np.full((units, depth // block), zero_points, np.int32))
+    details = Options({"type": "BlockwiseQuantization", "scales": scales, "zero_points": zps, "block_size": block})
+    w = b.constant("w", rng.integers(-8, 8, (units, depth)).astype(np.int8), weights_dtype,
+                   quantization=Quantization(details=details))
+    bias_t = b.constant("bias", rng.standard_normal(units).astype(np.float32)) if bias else -1
+    y = b.tensor("y", (int(np.prod(in_shape)) // depth, units))
+    b.op("FULLY_CONNECTED", [x, w, bias_t], [y], fused_activation_function=activation)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("in_shape,units,block,bias", [
+    ((1, 64), 8, 32, True),
+    ((5, 256), 13, 32, True),
+    ((2, 96), 6, 16, False),
+    ((7, 2, 256), 64, 64, True),
+])
+def test_blockwise_int4_fc(in_shape, units, block, bias):
+    model = blockwise_model(in_shape, units, block, bias)
+    x = random_input(in_shape, seed=25)
+    x[0, ..., :3] = 0.0
+    assert_reference_bit_exact(model, [x])
+    hybrid_check(model, [x])
+
+
+def test_blockwise_int4_fc_applies_no_fused_activation():
+    """Measured: EvalBlockwise4Bit never applies the fused activation."""
+    model = blockwise_model((3, 64), 8, 32, activation="RELU")
+    expected = assert_reference_bit_exact(model, [random_input((3, 64), seed=26)])
+    assert (expected[0] < 0).any()
+    hybrid_check(model, [random_input((3, 64), seed=26)])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(in_shape=(1, 64), units=8, block=32, weights_dtype="int8"), "only int4"),
+    (dict(in_shape=(1, 64), units=2, block=32), "outputs the bias"),
+    (dict(in_shape=(1, 16), units=8, block=8), "outputs the bias"),
+    (dict(in_shape=(1, 64), units=8, block=32, scales_dtype=np.float32), "float16"),
+    (dict(in_shape=(1, 64), units=8, block=32, zero_points=1), "zero points"),
+])
+def test_blockwise_fc_refuses_what_the_official_kernel_does_not_compute(kwargs, match):
+    from litegpu.backends import ReferenceBackend
+    from litegpu.errors import UnsupportedOpError
+
+    in_shape = kwargs.pop("in_shape")
+    model = blockwise_model(in_shape, **kwargs)
+    with pytest.raises(UnsupportedOpError, match=match):
+        ReferenceBackend(model).run([random_input(in_shape, seed=27)])

@@ -1,19 +1,31 @@
-"""Float recurrent layers: RNN, LSTM, SVDF and their (bi/uni)directional sequence forms.
+"""Float and hybrid recurrent layers: RNN, LSTM, SVDF and their (bi/uni)directional sequence forms.
 
 One step function serves both backends; the reference runs it in a python loop
 over time, the XLA lowering in ``lax.scan``.  The state inputs are variable
 tensors: as in the official runtime, the final state is written back (to the
 backend's variable store under the key ``GraphRunner`` reads variable tensors
 from), so the next run of the model continues from it.
+
+Hybrid (dynamic-range) layers have int8 weights with one scale each and float
+activations (``lstm_eval.cc EvalHybrid``, ``kernel_utils.cc RnnBatchStep``,
+``svdf.cc EvalHybridSVDF``): every matmul operand (the input, the previous
+output state, the projection input) is quantized per batch row to int8 —
+asymmetrically when ``asymmetric_quantize_inputs`` — the product accumulates in
+int32 and is scaled back by row_scale * weight_scale in float32.  Peephole and
+SVDF time weights are dequantized to float32.  Gates accumulate in the official
+order: bias, then the input product, then the recurrent product, then the peephole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ..errors import ModelExecutionError
 from .common import fused_activation
+from .matmul import _integer_dot, _quantize_rows
 from .registry import Op, OpContext, register
 
 
@@ -46,28 +58,74 @@ def _store_state(ctx: OpContext, input_index: int, value: Any) -> None:
         ctx.variables[("tensor", ctx.subgraph.index, ctx.op.inputs[input_index])] = value
 
 
+class HybridWeight(NamedTuple):
+    """An int8 weight of a hybrid layer: its values, its one float32 scale, its row sums."""
+    values: np.ndarray
+    scale: np.float32
+    row_sums: np.ndarray
+
+
+def _weights(ctx: OpContext, first_input: int, arrays: Any) -> list:
+    """The arrays of inputs ``first_input``, ``first_input + 1``...: float32 ones as they are,
+    int8 ones (hybrid) as ``HybridWeight``; anything else is refused."""
+    return [_weight(ctx, first_input + k, a) for k, a in enumerate(arrays)]
+
+
+def _weight(ctx: OpContext, index: int, array: Any) -> Any:
+    if array is None or str(array.dtype) == "float32":
+        return array
+    t = ctx.input(index)
+    q = t.quantization if t is not None else None
+    if str(array.dtype) != "int8" or q is None or len(q.scale) != 1 or not t.is_constant:
+        what = "per-channel " if q is not None and len(q.scale) > 1 else ""
+        raise ModelExecutionError(f"{ctx.op}: input {index} ({t.name if t is not None else '?'}) is {what}"
+                                  f"{array.dtype}; recurrent weights must be float32, or constant int8 with "
+                                  "one scale (hybrid)")
+    values = np.asarray(t.data)
+    return HybridWeight(values, np.float32(q.scale[0]), values.astype(np.int64).sum(axis=-1))
+
+
 def _matmul_t(ctx: OpContext, x: Any, w: Any) -> Any:
-    """x @ w.T in full float32 precision (TFLite stores weights as [out, in]; GPUs default to TF32)."""
+    """x @ w.T in full float32 precision (TFLite stores weights as [out, in]; GPUs default to TF32);
+    a hybrid weight takes x quantized per row (``MatrixBatchVectorMultiplyAccumulate``)."""
+    if isinstance(w, HybridWeight):
+        return _hybrid_matmul_t(ctx, x, w)
     if ctx.lax is not None:
         return ctx.xp.matmul(x, ctx.xp.swapaxes(w, 0, 1), precision=ctx.lax.Precision.HIGHEST)
     return x @ w.T
 
 
-def _require_float(ctx: OpContext, *arrays: Any) -> None:
-    for a in arrays:
-        if a is not None and str(a.dtype) != "float32":
-            raise ModelExecutionError(f"{ctx.op}: only float32 weights are supported, got {a.dtype} "
-                                      "(hybrid and integer recurrent layers are not implemented)")
+def _hybrid_matmul_t(ctx: OpContext, x: Any, w: HybridWeight) -> Any:
+    xp = ctx.xp
+    asymmetric = bool(ctx.options.get("asymmetric_quantize_inputs", False))
+    quantized, row_scale, row_zp = _quantize_rows(xp, x, asymmetric)
+    acc = _integer_dot(xp, ctx, quantized, w.values.astype(np.int64).T, False)
+    if asymmetric:
+        acc = acc - row_zp * w.row_sums
+    return acc.astype(xp.float32) * (row_scale * w.scale)
+
+
+def _dequantized(w: Any) -> Any:
+    """Peephole and SVDF time weights: hybrid ones are used as float32(value) * scale."""
+    if isinstance(w, HybridWeight):
+        return w.values.astype(np.float32) * w.scale
+    return w
+
+
+def _require_weight(ctx: OpContext, *weights: Any) -> None:
+    for w in weights:
+        if w is None:
+            raise ModelExecutionError(f"{ctx.op}: a required weight input is missing")
 
 
 def _rnn_step(ctx: OpContext, w: Any, r: Any, bias: Any) -> Callable:
-    _require_float(ctx, w, r)
+    _require_weight(ctx, w, r)
     if bias is None:
         raise ModelExecutionError(f"{ctx.op}: the RNN bias input is required")
     activation = ctx.options.fused_activation_function
 
     def step(h: Any, x_t: Any) -> tuple[Any, Any]:
-        h = fused_activation(ctx.xp, _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r) + bias, activation)
+        h = fused_activation(ctx.xp, bias + _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r), activation)
         return h, h
     return step
 
@@ -81,6 +139,7 @@ def _reversed_scan(ctx: OpContext, step: Callable, state: Any, xs: Any) -> tuple
 @register("UNIDIRECTIONAL_SEQUENCE_RNN")
 class UnidirectionalSequenceRnn(Op):
     def compute(self, ctx: OpContext, x: Any, w: Any, r: Any, bias: Any, h0: Any) -> Any:
+        w, r = _weights(ctx, 1, (w, r))
         h, ys = _scan(ctx, _rnn_step(ctx, w, r, bias), h0, _time_major(ctx, x))
         _store_state(ctx, 4, h)
         return _from_time_major(ctx, ys)
@@ -97,6 +156,7 @@ class Rnn(Op):
     def compute(self, ctx: OpContext, x: Any, w: Any, r: Any, bias: Any, h0: Any) -> Any:
         if len(x.shape) != 2:
             raise ModelExecutionError(f"{ctx.op}: input must be 2-D (batch, features), got shape {x.shape}")
+        w, r = _weights(ctx, 1, (w, r))
         h, _ = _rnn_step(ctx, w, r, bias)(h0, x)
         _store_state(ctx, 4, h)
         return h
@@ -110,6 +170,8 @@ class BidirectionalSequenceRnn(Op):
         args = list(args) + [None] * (11 - len(args))
         _reject_aux_input(ctx, args[8:11])
         fw_w, fw_r, fw_b, fw_h0, bw_w, bw_r, bw_b, bw_h0 = args[:8]
+        fw_w, fw_r = _weights(ctx, 1, (fw_w, fw_r))
+        bw_w, bw_r = _weights(ctx, 5, (bw_w, bw_r))
         xs = _time_major(ctx, x)
         fw_h, fw_ys = _scan(ctx, _rnn_step(ctx, fw_w, fw_r, fw_b), fw_h0, xs)
         bw_h, bw_ys = _reversed_scan(ctx, _rnn_step(ctx, bw_w, bw_r, bw_b), bw_h0, xs)
@@ -130,27 +192,24 @@ def _bidirectional_outputs(ctx: OpContext, fw_ys: Any, bw_ys: Any) -> Any:
     return fw, bw
 
 
-def _sigmoid(xp: Any, x: Any) -> Any:
-    return 1 / (1 + xp.exp(-x))
-
-
 def _lstm_step(ctx: OpContext, params: list) -> Callable:
     """The float LSTM cell; ``params`` are the schema's 16 weights: W_{i,f,c,o}, R_{i,f,c,o},
     peepholes {i,f,o}, biases {i,f,c,o}, projection weights and bias (CIFG when W_i is absent)."""
     xp = ctx.xp
     w_i, w_f, w_c, w_o, r_i, r_f, r_c, r_o = params[0:8]
     p_i, p_f, p_o, b_i, b_f, b_c, b_o, proj_w, proj_b = params[8:17]
-    _require_float(ctx, w_f, w_c, w_o, r_f, r_c, r_o)
+    _require_weight(ctx, w_f, w_c, w_o, r_f, r_c, r_o)
+    p_i, p_f, p_o = _dequantized(p_i), _dequantized(p_f), _dequantized(p_o)
     cifg = w_i is None
     o = ctx.options
     activation = o.fused_activation_function
     cell_clip, proj_clip = float(o.cell_clip), float(o.proj_clip)
 
     def gate(x_t: Any, h: Any, w: Any, r: Any, b: Any, peephole: Any, c: Any) -> Any:
-        z = _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r)
-        if peephole is not None:
-            z = z + c * peephole
-        return z + b if b is not None else z
+        z = _matmul_t(ctx, x_t, w)
+        z = z + b if b is not None else z
+        z = z + _matmul_t(ctx, h, r)
+        return z + c * peephole if peephole is not None else z
 
     def step(state: tuple, x_t: Any) -> tuple[tuple, Any]:
         h, c = state
@@ -179,7 +238,7 @@ def _lstm_params(ctx: OpContext, args: tuple, count: int) -> list:
         raise ModelExecutionError(f"{ctx.op}: layer-normalised LSTM is not implemented")
     if args[17] is None or args[18] is None:
         raise ModelExecutionError(f"{ctx.op}: the output state (input 18) and cell state (input 19) are required")
-    return args
+    return _weights(ctx, 1, args[:17]) + args[17:]
 
 
 @register("UNIDIRECTIONAL_SEQUENCE_LSTM")
@@ -223,7 +282,7 @@ class BidirectionalSequenceLstm(Op):
     def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
         args = list(args) + [None] * (47 - len(args))
         _reject_aux_input(ctx, args[38:47])
-        fw_params, bw_params = args[0:17], args[17:34]
+        fw_params, bw_params = _weights(ctx, 1, args[0:17]), _weights(ctx, 18, args[17:34])
         fw_h0, fw_c0, bw_h0, bw_c0 = args[34:38]
         if any(s is None for s in (fw_h0, fw_c0, bw_h0, bw_c0)):
             raise ModelExecutionError(f"{ctx.op}: the fw/bw output and cell states (inputs 35-38) are required")
@@ -242,7 +301,9 @@ class Svdf(Op):
 
     def compute(self, ctx: OpContext, x: Any, w_feature: Any, w_time: Any, bias: Any, state: Any) -> Any:
         xp = ctx.xp
-        _require_float(ctx, w_feature, w_time)
+        w_feature, w_time = _weights(ctx, 1, (w_feature, w_time))
+        _require_weight(ctx, w_feature, w_time)
+        w_time = _dequantized(w_time)
         rank = int(ctx.options.rank)
         filters, memory = w_time.shape
         batch = x.shape[0]
