@@ -123,19 +123,11 @@ def test_output_quantization_the_official_kernel_refuses_is_an_error(op, dtype, 
 
 
 @pytest.mark.parametrize("op,scale", [("LOGISTIC", 1 / 4096), ("TANH", 1 / 4096), ("TANH", 1 / 2048)])
-def test_int16_power_of_two_scale_is_reported_unsupported(op, scale):
-    # the official kernel switches to gemmlowp's fixed-point functions for these scales
-    from litegpu.ir import read_model
-    from litegpu.ir.save import to_bytes
-    from litegpu.ops import Target, lookup
-
-    x = np.zeros((2, 3), np.int16)
-    model, feeds = one_op_model(op, [x], [(x.shape, "int16", quantization(1 / 32768, 0))],
-                                input_quant=[quantization(scale, 0)])
-    sg = read_model(to_bytes(model)).subgraphs[0]
-    reason = lookup(sg.operators[0]).unsupported_reason(sg.operators[0], sg, Target.REFERENCE)
-    assert reason and "gemmlowp" in reason
-    assert_reference_rejects((model, feeds), "gemmlowp")
+def test_int16_power_of_two_scale_matches_official_gemmlowp_kernel(op, scale):
+    # the official kernel switches to gemmlowp's fixed-point logistic / tanh for these scales
+    x = np.arange(-32768, 32768, dtype=np.int16).reshape(16, -1)  # every int16 value
+    check_built(one_op_model(op, [x], [(x.shape, "int16", quantization(1 / 32768, 0))],
+                             input_quant=[quantization(scale, 0)]))
 
 
 def test_int8_to_uint8_activation_is_an_error():

@@ -1,4 +1,5 @@
-"""SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION (float32; SOFTMAX also 8-bit).
+"""SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION (float32; SOFTMAX also
+int8 / uint8 / int16, LOG_SOFTMAX also int8 / uint8, as the official optimized kernels).
 
 All normalise along the last axis, as the official kernels do for any rank.
 SOFTMAX scales the max-shifted logits by ``beta`` before exponentiating;
@@ -28,13 +29,15 @@ def _require_rank(ctx: OpContext, x: Any, low: int, high: int) -> None:
 
 @register("SOFTMAX")
 class Softmax(Op):
-    dtypes = ("float32", "int8", "uint8")
+    dtypes = ("float32", "int8", "uint8", "int16")
 
     def unsupported_reason(self, op, subgraph, target):
         reason = super().unsupported_reason(op, subgraph, target)
         x, y = subgraph.tensors[op.inputs[0]], subgraph.tensors[op.outputs[0]]
         if reason is None and x.dtype in ("int8", "uint8") and y.dtype not in ("int8", "uint8"):
             reason = f"{x.dtype} input with {y.dtype} output is not supported (only 8-bit outputs)"
+        if reason is None and x.dtype == "int16" and y.dtype != "int16":
+            reason = f"int16 input with {y.dtype} output is not supported"
         return reason
 
     def compute(self, ctx: OpContext, x: Any) -> Any:
@@ -42,6 +45,9 @@ class Softmax(Op):
         _require_rank(ctx, x, 1, 8)
         if ctx.input(0).dtype in ("int8", "uint8"):
             return _softmax_8bit_lut(ctx, xp, x)
+        if ctx.input(0).dtype == "int16":
+            _require_rank(ctx, x, 1, 4)  # the official int16 kernel's limit
+            return _softmax_int16(ctx, xp, x)
         shifted = (x - xp.max(x, axis=-1, keepdims=True)) * xp.asarray(ctx.options.beta, x.dtype)
         e = xp.exp(shifted)
         return e / xp.sum(e, axis=-1, keepdims=True)
@@ -87,20 +93,125 @@ def _traced_quantize_multiplier(xp: Any, real: Any) -> tuple[Any, Any]:
     return xp.where(overflow, q // 2, q), xp.where(overflow, exponent + 1, exponent).astype(xp.int64)
 
 
+# --- int16 SOFTMAX: reference_ops::SoftmaxInt16 with its two interpolated tables ---------------
+
+_INT16_RANGE = 65535
+
+
+def _softmax_int16_tables() -> tuple[np.ndarray, np.ndarray]:
+    """exp on [-10, 0] and 1 / (1 + x) on [0, 1], both to [-1, 1]: built in double, as SoftmaxPrepare."""
+    with np.errstate(all="ignore"):
+        exp_table = qz.lut_int16(np.exp, 10.0 / _INT16_RANGE, 32767, 2.0 / _INT16_RANGE, 0, np.float64)
+        reciprocal_table = qz.lut_int16(lambda v: 1.0 / (1.0 + v), 1.0 / _INT16_RANGE, -32768,
+                                        2.0 / _INT16_RANGE, 0, np.float64)
+    return exp_table, reciprocal_table
+
+
+def _check_int16_softmax_output(ctx: OpContext) -> float:
+    in_scale, in_zp = qz.scale_and_zero_point(ctx, ctx.input(0), "input")
+    out_scale, out_zp = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    if in_zp != 0 or out_zp != 0:
+        raise ModelExecutionError(f"{ctx.op}: int16 input and output need zero points 0, got {in_zp} and {out_zp}")
+    if abs(np.float32(out_scale) - np.float32(1 / 32768)) > np.float32(0.001 / 32768):
+        raise ModelExecutionError(f"{ctx.op}: int16 output scale must be 1/32768, got {out_scale}")
+    return in_scale
+
+
+def _softmax_int16(ctx: OpContext, xp: Any, x: Any) -> Any:
+    """Per row: exp of (x - max) rescaled to [-10, 0] from the exp table; the int32 sum normalised
+    to [1, 2) by its leading zeros; its reciprocal from the 1/(1+x) table; the product rounded."""
+    in_scale = _check_int16_softmax_output(ctx)
+    beta = np.float32(ctx.options.beta)
+    multiplier, shift = fp.quantize_multiplier(float(np.float32(in_scale) * beta) / (10.0 / 65535.0))
+    exp_table, reciprocal_table = _softmax_int16_tables()
+    wide = x.astype(xp.int64)
+    diff = wide - xp.max(wide, axis=-1, keepdims=True)
+    scaled = fp.multiply_by_quantized_multiplier(xp, diff, multiplier, shift)
+    exps = qz.lookup_int16(xp, exp_table, xp.clip(scaled + 32767, -32768, 32767)).astype(xp.int64)
+    total = xp.sum(exps, axis=-1, keepdims=True)
+    headroom_plus_one = 32 - _bit_length(xp, total)
+    normalised = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
+    reciprocal = qz.lookup_int16(xp, reciprocal_table,
+                                 xp.clip(normalised - ((1 << 15) + (1 << 16)), -32768, 32767)).astype(xp.int64)
+    right_shift = 31 - headroom_plus_one
+    result = (exps * reciprocal + (xp.asarray(1, xp.int64) << (right_shift - 1))) >> right_shift
+    return xp.clip(result, 0, 32767)
+
+
+def _bit_length(xp: Any, v: Any) -> Any:
+    """Bits of positive int32 values (32 - CountLeadingZeros)."""
+    powers = xp.asarray(np.int64(1) << np.arange(32, dtype=np.int64))
+    return xp.sum((v[..., None] >= powers).astype(xp.int64), axis=-1)
+
+
+# --- 8-bit LOG_SOFTMAX: optimized_ops::LogSoftmax (float32 table of exp, float32 arithmetic) ---
+
+def _log_softmax_8bit(ctx: OpContext, xp: Any, x: Any) -> Any:
+    """sum_exp = exp(-scale * (max - x)) from a 256-entry expf table, summed left to right in
+    float32; log_prob = (scale / out_scale) * x - (scale * max + logf(sum_exp)) / out_scale on the
+    raw values, rounded half to even (std::rint), plus the zero point, saturated."""
+    dtype = ctx.input(0).dtype
+    in_scale, _ = qz.scale_and_zero_point(ctx, ctx.input(0), "input")
+    out_scale, out_zp = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    expected_zp = 127 if dtype == "int8" else 255
+    if ctx.output(0).dtype != dtype or out_scale != 16.0 / 256 or out_zp != expected_zp:
+        raise ModelExecutionError(f"{ctx.op}: {dtype} output must be {dtype} with scale 16/256 and zero point "
+                                  f"{expected_zp}, got {ctx.output(0).dtype} {out_scale} / {out_zp}")
+    f32 = np.float32
+    with np.errstate(over="ignore"):
+        table = qz.libm_f32(np.exp, (-f32(in_scale) * f32(1.0)) * np.arange(255, -1, -1).astype(f32))
+    wide = x.astype(xp.int64)  # raw int8 values: no +128 offset (verified: it changes roundings)
+    top = xp.max(wide, axis=-1, keepdims=True)
+    sum_exp = _sequential_sum_f32(ctx, xp.take(xp.asarray(table), 255 - top + wide))
+
+    def r(v: Any) -> Any:
+        return _round_to_f32(ctx, v)
+
+    # each float32 operation as float64 then rounded, which is exact for *, / and logf
+    log_sum_exp = r(xp.log(sum_exp.astype(xp.float64)))
+    in_scale64, out_scale64 = float(f32(in_scale)), float(f32(out_scale))
+    precomputed = r(r(r(in_scale64 * top.astype(xp.float64)) + log_sum_exp) / out_scale64)
+    scaled = r(float(f32(in_scale) / f32(out_scale)) * wide.astype(xp.float64))
+    log_prob = r(scaled - precomputed)
+    low, high = qz.dtype_limits(dtype)
+    return xp.clip(xp.round(log_prob).astype(xp.int64) + out_zp, low, high)
+
+
+def _round_to_f32(ctx: OpContext, v: Any) -> Any:
+    """float64 values rounded to float32's precision, kept in float64.  On XLA by reduce_precision:
+    a float32 round trip would be dropped (XLA allows excess precision and removes the converts)."""
+    if ctx.lax is None:
+        return v.astype(np.float32).astype(np.float64)
+    return ctx.lax.reduce_precision(v, exponent_bits=8, mantissa_bits=23)
+
+
+def _sequential_sum_f32(ctx: OpContext, values: Any) -> Any:
+    """float32 sum along the last axis, strictly left to right like the C++ loop (keepdims)."""
+    if ctx.lax is None:
+        return np.cumsum(values.astype(np.float32), axis=-1, dtype=np.float32)[..., -1:]
+    xp = ctx.xp
+    columns = xp.moveaxis(values.astype(xp.float32), -1, 0)
+    total, _ = ctx.lax.scan(lambda acc, column: (acc + column, None),
+                            xp.zeros(columns.shape[1:], xp.float32), columns)
+    return total[..., None]
+
+
 @register("LOG_SOFTMAX")
 class LogSoftmax(Op):
-    dtypes = ("float32",)
+    dtypes = ("float32", "int8", "uint8")
 
     def compute(self, ctx: OpContext, x: Any) -> Any:
         xp = ctx.xp
         _require_rank(ctx, x, 1, 8)
+        if ctx.input(0).dtype in ("int8", "uint8"):
+            return _log_softmax_8bit(ctx, xp, x)
         shifted = x - xp.max(x, axis=-1, keepdims=True)
         return shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
 
 
 @register("L2_NORMALIZATION")
 class L2Normalization(Op):
-    dtypes = ("float32",)
+    dtypes = ("float32", "int8", "uint8")
 
     def unsupported_reason(self, op, subgraph, target):
         reason = super().unsupported_reason(op, subgraph, target)
@@ -112,8 +223,76 @@ class L2Normalization(Op):
     def compute(self, ctx: OpContext, x: Any) -> Any:
         xp = ctx.xp
         _require_rank(ctx, x, 1, 8)
+        if ctx.input(0).dtype in ("int8", "uint8"):
+            return _l2_normalization_8bit(ctx, x)
         norm = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
         return x / xp.maximum(norm, xp.asarray(L2_NORM_EPSILON, x.dtype))
+
+
+def _l2_output_zero_point(ctx: OpContext) -> int:
+    """The official Prepare fixes the output quantization: scale 1/128, zero point 128 (uint8) or 0 (int8)."""
+    dtype = ctx.output(0).dtype
+    scale, zero_point = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    expected = 128 if dtype == "uint8" else 0
+    if scale != float(np.float32(1 / 128)) or zero_point != expected:
+        raise ModelExecutionError(f"{ctx.op}: a {dtype} output must have scale 1/128 and zero point {expected}, "
+                                  f"got {scale} and {zero_point}")
+    return zero_point
+
+
+def _l2_normalization_8bit(ctx: OpContext, x: Any) -> Any:
+    """The official 8-bit kernels: the zero-point centred row's sum of squares in int32, its
+    inverse square root as a fixed-point multiplier (``GetInvSqrtQuantizedMultiplierExp``),
+    then the optimized uint8 kernel rescales 128 * diff (+128), the int8 reference kernel
+    rescales diff with 7 more bits of left shift."""
+    xp = ctx.xp
+    out_zp = _l2_output_zero_point(ctx)
+    _, in_zp = qz.scale_and_zero_point(ctx, ctx.input(0), "input")
+    diff = x.astype(xp.int64) - in_zp
+    square_sum = fp.wrap_int32(xp, xp.sum(diff * diff, axis=-1, keepdims=True))
+    multiplier, right_shift = _inv_sqrt_multiplier(xp, square_sum)
+    if ctx.input(0).dtype == "uint8":
+        y = fp.multiply_by_quantized_multiplier(xp, 128 * diff, multiplier, -right_shift) + out_zp
+    else:
+        y = fp.multiply_by_quantized_multiplier(xp, diff, multiplier, 7 - right_shift)
+    low, high = qz.dtype_limits(ctx.output(0).dtype)
+    return xp.clip(y, low, high)
+
+
+def _bit_length(xp: Any, x: Any) -> Any:
+    """Bits needed for non-negative int64 values below 2^53 (frexp's exponent is exact)."""
+    return xp.frexp(x.astype(xp.float64))[1].astype(xp.int64)
+
+
+def _saturating_shift_left(xp: Any, x: Any, exponent: int) -> Any:
+    """gemmlowp's ``SaturatingRoundingMultiplyByPOT`` for a positive exponent on int32 raws."""
+    threshold = (1 << (31 - exponent)) - 1
+    return xp.where(x > threshold, fp.INT32_MAX, xp.where(x < -threshold, fp.INT32_MIN, x << exponent))
+
+
+def _inv_sqrt_multiplier(xp: Any, value: Any) -> tuple[Any, Any]:
+    """``GetInvSqrtQuantizedMultiplierExp``: 1 / sqrt(value) as a Q0.31 multiplier and a right
+    shift, by five Newton-Raphson steps in gemmlowp's 3-integer-bit fixed point.  Values
+    0 and 1 give INT32_MAX and no shift."""
+    small = value <= 1
+    value = xp.where(small, 2, value)
+    big = value >= (1 << 29)
+    value = xp.where(big, value // 4, value)
+    shift = 11 + xp.where(big, 1, 0)
+    pairs = (32 - _bit_length(xp, value) - 1) // 2 - 1
+    shift = shift - pairs
+    value = value << (2 * pairs)
+    srdhm = fp.saturating_rounding_doubling_high_mul
+    half_input = fp.rounding_divide_by_pot(xp, value >> 1, 1)
+    half_three = (1 << 28) + (1 << 27)
+    x = xp.full(value.shape, 1 << 28, xp.int64)  # F3 one
+    for _ in range(5):
+        cube = _saturating_shift_left(xp, srdhm(xp, srdhm(xp, x, x), x), 6)
+        x = _saturating_shift_left(xp, fp.wrap_int32(xp, srdhm(xp, half_three, x) - srdhm(xp, half_input, cube)), 3)
+    x = srdhm(xp, x, 1518500250)  # * sqrt(2) / 2
+    x = xp.where(shift < 0, fp.wrap_int32(xp, x << xp.maximum(-shift, 0)), x)
+    shift = xp.maximum(shift, 0)
+    return xp.where(small, fp.INT32_MAX, x), xp.where(small, 0, shift)
 
 
 @register("LOCAL_RESPONSE_NORMALIZATION")
