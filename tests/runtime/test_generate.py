@@ -1,0 +1,173 @@
+"""litegpu.generate on the LLM-style decoder from bench/decoder_model.py, against the official interpreter
+stepped by hand (prefill, then one decode step per token, caches passed back through numpy)."""
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import litegpu
+from litegpu import InvalidArgumentError, ModelExecutionError, SignatureError, UnsupportedOpError
+from litegpu.ir.save import to_bytes
+from litegpu.runtime.tensor_buffer import TensorBuffer
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+
+def _load_generator():
+    path = Path(__file__).resolve().parents[2] / "bench" / "decoder_model.py"
+    spec = importlib.util.spec_from_file_location("decoder_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("decoder_model", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+dm = _load_generator()
+
+# max_len 30 is not a multiple of T = 8, so a long prompt's last chunk must go through decode steps.
+CONFIG = dict(layers=2, width=64, heads=4, vocab=128, max_len=30, prefill_len=8)
+QUANTIZED = ("int8", "int4")
+
+
+def official_generate(data: bytes, config, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding with the official interpreter: a padded prefill when the prompt fits one chunk,
+    else every prompt token through decode (an independent path to the same cache)."""
+    interp = litert.Interpreter(model_content=data,
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    prefill, decode = interp.get_signature_runner("prefill"), interp.get_signature_runner("decode")
+    caches = dm.empty_caches(config)
+
+    def run(runner, tokens, pos):
+        out = runner(tokens=np.asarray([tokens], np.int32), input_pos=np.asarray([pos], np.int32), **caches)
+        caches.update({k: v for k, v in out.items() if k != "logits"})
+        return out["logits"][0]
+
+    if len(prompt) <= config.prefill_len:
+        last = run(prefill, prompt + [0] * (config.prefill_len - len(prompt)), 0)[len(prompt) - 1]
+    else:
+        for pos, token in enumerate(prompt):
+            last = run(decode, [token], pos)[0]
+    tokens = []
+    for pos in range(len(prompt), len(prompt) + n):
+        tokens.append(int(np.argmax(last)))
+        if len(tokens) < n:
+            last = run(decode, [tokens[-1]], pos)[0]
+    return tokens
+
+
+@pytest.fixture(scope="module", params=["float32", "float16", *QUANTIZED])
+def decoder(request):
+    """(config, file bytes, litegpu CompiledModel on the CPU); quantized formats xfail while litegpu
+    refuses their FULLY_CONNECTED weights (UnsupportedOpError only)."""
+    config = dm.DecoderConfig(weights=request.param, **CONFIG)
+    data = to_bytes(dm.build_decoder(config))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "no GPU: runs on the CPU"
+            model = litegpu.CompiledModel.from_buffer(data, litegpu.HardwareAccelerator.CPU)
+    except UnsupportedOpError as e:
+        if request.param in QUANTIZED:
+            pytest.xfail(f"{request.param} weights not supported yet: {e}")
+        raise
+    return config, data, model
+
+
+@pytest.fixture(scope="module")
+def float_decoder():
+    config = dm.DecoderConfig(**CONFIG)
+    data = to_bytes(dm.build_decoder(config))
+    return config, data, litegpu.CompiledModel.from_buffer(data, litegpu.HardwareAccelerator.CPU)
+
+
+@pytest.mark.parametrize("prompt, n", [([3, 1, 4, 1, 5], 12), ([7], 4), (list(range(1, 20)), 6),
+                                       (list(range(40, 67)), 4)],
+                         ids=["one-padded-chunk", "single-token", "chunks", "chunks-then-decode-steps"])
+def test_greedy_tokens_match_the_official_interpreter(decoder, prompt, n):
+    config, data, model = decoder
+    assert len(prompt) + n - 1 <= config.max_len
+    try:
+        tokens = litegpu.generate(model, prompt, n)
+    except ModelExecutionError as e:
+        # The int8 embedding is a numpy constant (only float weights become parameters), and GATHER
+        # indexes it with the traced token ids (ops/slicing.py Gather.compute); known, reported.
+        if config.weights in QUANTIZED and "GATHER" in str(e) and "TracerArrayConversionError" in str(e):
+            pytest.xfail(f"GATHER of a constant int8 table with traced indices: {str(e)[:120]}")
+        raise
+    assert tokens == official_generate(data, config, prompt, n)
+
+
+def test_caches_stay_on_the_device_and_only_logits_are_read(float_decoder, monkeypatch):
+    _, _, model = float_decoder
+    read_names, run_inputs = [], []
+    original_read, original_run = TensorBuffer.read, type(model).run_by_name
+
+    def spy_read(self, *args, **kwargs):
+        read_names.append(self.name)
+        return original_read(self, *args, **kwargs)
+
+    def spy_run(self, key, inputs, outputs):
+        run_inputs.append({n: b.is_on_device for n, b in inputs.items() if n.startswith("kv_cache")})
+        return original_run(self, key, inputs, outputs)
+
+    monkeypatch.setattr(TensorBuffer, "read", spy_read)
+    monkeypatch.setattr(type(model), "run_by_name", spy_run)
+    litegpu.generate(model, [1, 2, 3], 5)
+    assert set(read_names) == {"logits"} and len(read_names) == 5   # prefill + 4 decode steps
+    assert not any(run_inputs[0].values())                          # zeros from the host, once
+    assert all(all(step.values()) for step in run_inputs[1:])       # then the previous run's device arrays
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy(float_decoder):
+    _, _, model = float_decoder
+    prompt = [5, 6, 7]
+    greedy = litegpu.generate(model, prompt, 8)
+    a = litegpu.generate(model, prompt, 8, temperature=1.5, seed=3)
+    assert a == litegpu.generate(model, prompt, 8, temperature=1.5, seed=3)
+    assert a != greedy  # vocabulary 128 at temperature 1.5: 8 greedy picks in a row would be a bug
+    assert litegpu.generate(model, prompt, 8, temperature=1.5, top_k=1, seed=9) == greedy
+
+
+def test_stops_after_a_stop_token(float_decoder):
+    _, _, model = float_decoder
+    greedy = litegpu.generate(model, [9, 9], 6)
+    third = greedy[2]
+    expected = greedy[:greedy.index(third) + 1]
+    assert litegpu.generate(model, [9, 9], 6, stop_tokens=[third]) == expected
+    assert litegpu.generate(model, [9, 9], 0) == []
+
+
+@pytest.mark.parametrize("prompt, n, match", [([], 3, "at least one"), ([1] * 25, 7, "cache holds 30"),
+                                              ([1], -1, "negative")])
+def test_bad_requests(float_decoder, prompt, n, match):
+    _, _, model = float_decoder
+    with pytest.raises(InvalidArgumentError, match=match):
+        litegpu.generate(model, prompt, n)
+
+
+def test_a_model_without_the_signatures_is_refused(float_decoder):
+    from litegpu.ir.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4))
+    y = b.tensor("y", (1, 4))
+    b.op("ADD", [x, x], [y])
+    b.output(y)
+    model = litegpu.CompiledModel.from_buffer(to_bytes(b.build()), litegpu.HardwareAccelerator.CPU)
+    with pytest.raises(SignatureError, match="prefill"):
+        litegpu.generate(model, [1], 1)
+    _, _, decoder = float_decoder
+    with pytest.raises(SignatureError, match="lacks"):
+        litegpu.generate(decoder, [1], 1, logits_output="scores")
+
+
+def test_generator_shares_weights_between_signatures():
+    config = dm.DecoderConfig(**CONFIG)
+    model = dm.build_decoder(config)
+    used = [{t.buffer for t in sg.tensors if t.buffer and t.raw is not None and t.raw.size > 4096}
+            for sg in model.subgraphs]
+    assert len(used) == 2 and used[0] == used[1] and len(used[0]) == 2 + 7 * config.layers
+    assert dm.build_decoder(config) == model  # deterministic
