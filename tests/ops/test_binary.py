@@ -266,3 +266,38 @@ def test_quantized_maximum_minimum_compare_raw_values_like_official(op, dtype):
     model = quantized_binary(op, dtype, (0.05, 3 + offset), (0.2, -5 + offset), (0.1, offset), (2, 3, 4), (3, 1))
     check_op_model(model, [random_input((2, 3, 4), dtype, seed=1, low=-13, high=13),
                            random_input((3, 1), dtype, seed=2, low=-13, high=13)])
+
+
+# --- int16 MUL (16x8 quantization): symmetric, MultiplyByQuantizedMultiplier on the int32 product ----
+
+INT16_MUL_SCALES = {  # x, y, output scales (zero points 0): rescale below and above 1
+    "shrinking": (0.0007, 0.0011, 0.002),
+    "growing": (0.01, 0.03, 1e-5),
+    "pot": (2 ** -10, 2 ** -12, 2 ** -15),
+}
+
+
+@pytest.mark.parametrize("activation", ["NONE", "RELU", "RELU6"])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (3, 1)), ((1, 4, 4, 8), (1, 1, 1, 8))], ids=str)
+@pytest.mark.parametrize("scales", sorted(INT16_MUL_SCALES))
+def test_int16_mul_matches_official(scales, shapes, activation):
+    (sx, sy), (s1, s2, so) = shapes, INT16_MUL_SCALES[scales]
+    model = quantized_binary("MUL", "int16", (s1, 0), (s2, 0), (so, 0), sx, sy, fused_activation_function=activation)
+    xs = [random_input(sx, "int16", seed=1, low=-4000, high=4000), random_input(sy, "int16", seed=2, low=-4000, high=4000)]
+    check_op_model(model, xs)
+
+
+def test_int16_mul_extremes_saturate_like_official():
+    # -32768 * -32768 = 2^30 is the largest product: still exact in int32
+    x = np.array([32767, -32768, -32768, 30000, -1, 0], np.int16)
+    y = np.array([32767, -32768, 32767, -30000, 1, 5], np.int16)
+    check_op_model(quantized_binary("MUL", "int16", (0.001, 0), (0.002, 0), (0.01, 0), (6,), (6,)), [x, y])
+
+
+def test_int16_mul_with_zero_point_is_refused_like_official():
+    x = random_input((4,), "int16", seed=1)
+    data = to_bytes(quantized_binary("MUL", "int16", (0.001, 3), (0.002, 0), (0.01, 0), (4,), (4,)))
+    with pytest.raises(RuntimeError):
+        run_official(data, [x, x])
+    with pytest.raises(ModelExecutionError, match="MUL.*zero points 0"):
+        ReferenceBackend(read_model(data)).run([x, x])

@@ -1,10 +1,16 @@
 import numpy as np
 import pytest
+from oracle import (
+    assert_reference_rejects,
+    check_built,
+    check_op_model,
+    one_op_model,
+    random_input,
+)
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
 from litegpu.ir.builder import ModelBuilder
-from oracle import check_op_model, random_input
 
 
 def unary_model(name, shape, **options):
@@ -68,7 +74,7 @@ def test_local_response_normalization_rejects_non_4d_input():
 
 # --- 8-bit SOFTMAX: the official optimized lookup-table kernel, exact ---------------------------
 
-from litegpu.ir.builder import quantization  # noqa: E402
+from litegpu.ir.builder import quantization
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
@@ -82,3 +88,53 @@ def test_quantized_softmax_matches_official(dtype, in_scale, beta, shape):
     b.op("SOFTMAX", [x], [y], beta=beta)
     b.output(y)
     check_op_model(b.build(), [random_input(shape, dtype, seed=len(shape))])
+
+
+# --- 8-bit L2_NORMALIZATION: optimized uint8 / reference int8 kernels, gemmlowp inverse sqrt, exact ---
+
+L2_OUTPUT_ZERO_POINT = {"int8": 0, "uint8": 128}
+
+
+def l2norm_8bit(x, in_zp, out_q=None):
+    dtype = x.dtype.name
+    out_q = out_q or quantization(1 / 128, L2_OUTPUT_ZERO_POINT[dtype])
+    return one_op_model("L2_NORMALIZATION", [x], [(x.shape, dtype, out_q)], input_quant=[quantization(0.3, in_zp)])
+
+
+def l2_rows(dtype, shape, spread=None):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(len(shape))
+    if spread is None:
+        return rng.integers(info.min, info.max + 1, size=shape).astype(dtype)
+    centre = (info.min + info.max) // 2
+    return np.clip(rng.integers(centre - spread, centre + spread + 1, size=shape), info.min, info.max).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("shape,spread,in_zp_offset", [
+    ((4, 16), None, 0), ((2, 3, 5, 7), None, 37), ((64, 3), 2, 0), ((6, 1), None, -20),
+    ((3, 300), None, 0), ((8, 4), 1, 37),
+])
+def test_8bit_l2_normalization(dtype, shape, spread, in_zp_offset):
+    info = np.iinfo(dtype)
+    check_built(l2norm_8bit(l2_rows(dtype, shape, spread), (info.min + info.max) // 2 + in_zp_offset))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_8bit_l2_normalization_of_tiny_and_extreme_rows(dtype):
+    # sums of squares 0, 1, 2, 4 and the largest: the fixed-point inverse square root's edge cases
+    zp = L2_OUTPUT_ZERO_POINT[dtype]
+    x = np.full((6, 5), zp, np.int64)
+    x[1, 0] += 1
+    x[2, :2] += 1
+    x[3, 3] -= 2
+    x[4, :] = np.iinfo(dtype).min
+    x[5, :] = np.iinfo(dtype).max
+    check_built(l2norm_8bit(x.astype(dtype), zp))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_8bit_l2_normalization_needs_the_fixed_output_quantization(dtype):
+    x = l2_rows(dtype, (2, 4))
+    out_q = quantization(1 / 64, L2_OUTPUT_ZERO_POINT[dtype])
+    assert_reference_rejects(l2norm_8bit(x, L2_OUTPUT_ZERO_POINT[dtype], out_q), "L2_NORMALIZATION")

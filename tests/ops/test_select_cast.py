@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
+from oracle import check_built, check_op_model, one_op_model, random_input
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import ModelExecutionError
-from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.builder import ModelBuilder, quantization
 from litegpu.ir.dtypes import numpy_dtype, to_tflite
-from oracle import check_op_model, random_input
 
 SELECT_TYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
 
@@ -131,3 +131,21 @@ def test_bitcast_to_wider_type_needs_the_ratio_as_last_dimension():
     model = bitcast_model("int8", "int32", (3, 2), (3,))
     with pytest.raises(ModelExecutionError, match="BITCAST"):
         ReferenceBackend(model).run([np.zeros((3, 2), np.int8)])
+
+
+# ---- quantized operands: the official kernels move values and ignore the quantization ----------
+
+
+@pytest.mark.parametrize("op", ["SELECT", "SELECT_V2"])
+@pytest.mark.parametrize("dtype,zero_point", [("int8", -4), ("uint8", 140), ("int16", 0)])
+def test_select_of_quantized_values(op, dtype, zero_point):
+    cond = np.random.default_rng(1).random((2, 3, 4)) < 0.5
+    x, y = random_input((2, 3, 4), dtype, seed=2), random_input((2, 3, 4), dtype, seed=3)
+    q = quantization(0.05, zero_point)
+    check_built(one_op_model(op, [cond, x, y], [((2, 3, 4), dtype, quantization(0.2, 0))], input_quant={1: q, 2: q}))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16"])
+def test_cast_of_quantized_values_ignores_the_scale(dtype):
+    x = random_input((3, 5), dtype, seed=4)
+    check_built(one_op_model("CAST", [x], [((3, 5), "int32")], input_quant=[quantization(0.05, 3)]))

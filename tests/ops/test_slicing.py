@@ -234,3 +234,42 @@ def test_one_hot(idx_shape, axis, dtype, on, off):
 def test_one_hot_int64_indices():
     check("ONE_HOT", [np.array([0, 2, 1], np.int64), const(3), const(1.0, np.float32), const(0.0, np.float32)],
           [((3, 3), "float32")], axis=-1)
+
+
+# ---- computed begins under XLA (a WHILE loop's counter): dynamic slices with a static shape
+
+@pytest.mark.parametrize("begin,size", [([0, 0, 0], [2, 5, 6]), ([2, 1, 3], [2, 3, 3]), ([3, 4, 5], [1, 1, 1]),
+                                        ([1, 2, 0], [0, 2, 6]), ([0, 0, 0], [4, 5, 6])])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int64"])
+def test_slice_with_computed_begin(begin, size, dtype):
+    # begin is a model input, so the XLA backend traces it and lowers a lax.dynamic_slice
+    check("SLICE", [random_input((4, 5, 6), dtype), np.array(begin, np.int32), const(size)], [(tuple(size), dtype)])
+
+
+def test_slice_with_computed_begin_and_size_minus_one_is_unsupported_under_xla():
+    from litegpu.backends.xla import XlaBackend
+    from litegpu.errors import UnsupportedOpError
+
+    model, feeds = one_op("SLICE", [random_input((4, 5)), np.array([1, 0], np.int32), const([-1, 5])],
+                          [((3, 5), "float32")])
+    with pytest.raises(UnsupportedOpError, match="SLICE.*size -1"):
+        XlaBackend(model).run(feeds)
+
+
+@pytest.mark.parametrize("begin,masks", [
+    ([2, 0, 0], dict(shrink_axis_mask=1, begin_mask=6, end_mask=6)),        # x[i]: a TensorArray read
+    ([-1, 0, 0], dict(shrink_axis_mask=1, begin_mask=6, end_mask=6)),       # negative: from the end
+    ([0, 3, 4], dict(shrink_axis_mask=6, begin_mask=1, end_mask=1)),        # x[:, i, j]
+    ([1, 2, 5], dict(shrink_axis_mask=7)),                                  # one element
+    ([3, 0, 2], dict(shrink_axis_mask=5, begin_mask=3, end_mask=2)),        # begin-masked shrink takes 0
+])
+def test_strided_slice_with_computed_index(begin, masks):
+    x = random_input((4, 5, 6))
+    check_inferring_shape("STRIDED_SLICE", [x, np.array(begin, np.int32), np.array([v + 1 for v in begin], np.int32),
+                                            const([1, 1, 1])], "float32", **masks)
+
+
+def test_strided_slice_with_computed_index_and_reversed_whole_axis():
+    check_inferring_shape("STRIDED_SLICE", [random_input((4, 5, 6)), np.array([1, 0, 0], np.int32),
+                                            const([2, 0, 0]), const([1, -1, 2])], "float32",
+                          shrink_axis_mask=1, begin_mask=6, end_mask=6)

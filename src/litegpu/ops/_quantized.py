@@ -144,50 +144,54 @@ def lookup_8bit(xp: Any, table: np.ndarray, x: Any, dtype: str) -> Any:
 # --- hybrid (dynamic-range) kernels: float activations quantized on the fly ----------
 # (conv.py: CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV with float input and int8 weights)
 
+def quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
+    """``BatchQuantizeFloats`` over the last axis: (int8 values as int64, float32 scale, int64 zero point)."""
+    rows = rows.astype(xp.float32)
+    if rows.shape[-1] == 0:  # nothing to quantize: scale 1, zero point 0
+        ones = xp.ones(rows.shape[:-1] + (1,), xp.float32)
+        return rows.astype(xp.int64), ones, xp.zeros(ones.shape, xp.int64)
+    lo, hi = rows.min(axis=-1, keepdims=True), rows.max(axis=-1, keepdims=True)
+    if not asymmetric:  # SymmetricQuantizeFloats
+        value_range = xp.maximum(xp.abs(lo), xp.abs(hi))
+        empty = value_range == 0
+        safe = xp.where(empty, xp.float32(1), value_range)
+        scale = xp.where(empty, xp.float32(1), fp.divide_f32_exactly(xp, safe, xp.float32(127)))
+        inverse = fp.divide_f32_exactly(xp, xp.float32(127), safe)
+        values = fp.round_half_away_from_zero(xp, rows * inverse)
+        values = xp.where(empty, 0, xp.clip(values, -127, 127)).astype(xp.int64)
+        return values, scale, xp.zeros_like(values[..., :1])
+    # AsymmetricQuantizeFloats: the zero point is nudged in double precision, but the range
+    # rmax - rmin is a float32 difference (measured: the double difference gives a scale one
+    # ulp off in ~1 row of 10, as the optimized x86 build keeps rmin / rmax as floats)
+    rmin32, rmax32 = xp.minimum(lo, 0), xp.maximum(hi, 0)
+    rmin, rmax = rmin32.astype(xp.float64), rmax32.astype(xp.float64)
+    empty = rmin == rmax
+    scale64 = xp.where(empty, 1.0, (rmax32 - rmin32).astype(xp.float64) / 255.0)
+    from_min, from_max = -128.0 - rmin / scale64, 127.0 - rmax / scale64
+    use_min = (128.0 + xp.abs(rmin / scale64)) < (127.0 + xp.abs(rmax / scale64))
+    zero_point = xp.where(use_min, from_min, from_max)
+    zero_point = xp.where(zero_point <= -128, -128.0,
+                          xp.where(zero_point >= 127, 127.0, fp.round_half_away_from_zero(xp, zero_point)))
+    zero_point = xp.where(empty, 0.0, zero_point)
+    scale = scale64.astype(xp.float32)
+    inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
+    values = fp.round_half_away_from_zero(xp, zero_point.astype(xp.float32) + rows * inverse)
+    values = xp.where(empty, 0, xp.clip(values, -128, 127)).astype(xp.int64)
+    return values, scale, zero_point.astype(xp.int64)
+
+
+
 def symmetric_quantize_batches(xp: Any, x: Any) -> tuple[Any, Any]:
-    """``SymmetricQuantizeFloats`` of each batch (leading axis) of a float32 array:
-    int8 values in [-127, 127] and one float32 scale per batch (1 for an all-zero batch).
-    The scale is range / 127, the quantization multiplies by 127 / range (both float32)
-    and rounds half away from zero, as the portable kernel does."""
-    rows = x.reshape(x.shape[0], -1).astype(xp.float32)
-    value_range = xp.max(xp.abs(rows), axis=1) if rows.shape[1] else xp.zeros(rows.shape[0], xp.float32)
-    empty = value_range == 0
-    safe = xp.where(empty, xp.float32(1), value_range)
-    scale = xp.where(empty, xp.float32(1), safe / xp.float32(127)).astype(xp.float32)
-    inverse = (xp.float32(127) / safe).astype(xp.float32)
-    scaled = (rows * inverse[:, None]).astype(xp.float32)
-    values = xp.clip(fp.round_half_away_from_zero(xp, scaled), -127, 127)
-    values = xp.where(empty[:, None], 0, values).astype(xp.int64)
-    return values.reshape(x.shape), scale
+    """``quantize_rows`` (symmetric) of each batch (leading axis): values shaped like ``x``, one scale per batch."""
+    values, scale, _ = quantize_rows(xp, x.reshape(x.shape[0], -1), False)
+    return values.reshape(x.shape), scale[:, 0]
 
 
 def asymmetric_quantize_batches(xp: Any, x: Any) -> tuple[Any, Any, Any]:
-    """``AsymmetricQuantizeFloats`` of each batch (leading axis) of a float32 array:
-    int8 values, a float32 scale and an int zero point per batch.  The range always
-    includes 0; scale and zero point are chosen in double precision (the zero point
-    from whichever end loses less, nudged into [-128, 127]); values are
-    round(zero_point + x * float32(1 / scale)) in float32, clamped."""
-    rows = x.reshape(x.shape[0], -1).astype(xp.float32)
-    if rows.shape[1]:
-        rmin = xp.minimum(xp.min(rows, axis=1), 0).astype(xp.float64)
-        rmax = xp.maximum(xp.max(rows, axis=1), 0).astype(xp.float64)
-    else:
-        rmin = rmax = xp.zeros(rows.shape[0], xp.float64)
-    flat = rmin == rmax
-    scale64 = xp.where(flat, 1.0, (rmax - rmin) / 255.0)
-    from_min, from_max = -128.0 - rmin / scale64, 127.0 - rmax / scale64
-    min_error = 128.0 + xp.abs(rmin / scale64)
-    max_error = 127.0 + xp.abs(rmax / scale64)
-    zero_point = xp.where(min_error < max_error, from_min, from_max)
-    zero_point = xp.where(zero_point <= -128, -128,
-                          xp.where(zero_point >= 127, 127, fp.round_half_away_from_zero(xp, zero_point)))
-    zero_point = xp.where(flat, 0, zero_point).astype(xp.int64)
-    scale = xp.where(flat, 1.0, scale64).astype(xp.float32)
-    inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
-    shifted = (zero_point.astype(xp.float32)[:, None] + (rows * inverse[:, None]).astype(xp.float32)).astype(xp.float32)
-    values = xp.clip(fp.round_half_away_from_zero(xp, shifted), -128, 127)
-    values = xp.where(flat[:, None], 0, values).astype(xp.int64)
-    return values.reshape(x.shape), scale, zero_point
+    """``quantize_rows`` (asymmetric) of each batch (leading axis): values shaped like ``x``, one scale and
+    zero point per batch."""
+    values, scale, zero_point = quantize_rows(xp, x.reshape(x.shape[0], -1), True)
+    return values.reshape(x.shape), scale[:, 0], zero_point[:, 0]
 
 
 def is_affine_tensor(t: Any) -> bool:

@@ -132,10 +132,13 @@ class Sub(_Binary):
 
 @register("MUL")
 class Mul(_Binary):
-    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT
+    dtypes = FLOAT_AND_INT + QUANTIZED_8BIT + ("int16",)
+    quantized_dtypes = QUANTIZED_8BIT + ("int16",)
     clamps_result = True
 
     def quantized(self, ctx, x, y):
+        if ctx.input(0).dtype == "int16":
+            _require_symmetric_int16(ctx)
         return _quantized_mul(ctx, ctx.xp, x, y)
 
     def apply(self, xp, x, y):
@@ -224,6 +227,14 @@ def _quantized_squared_difference(ctx: OpContext, xp: Any, x: Any, y: Any) -> An
     diff = a - b
     out = fp.multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, diff * diff), mo, eo) + zo
     return xp.clip(out, -128, 127)
+
+
+def _require_symmetric_int16(ctx: OpContext) -> None:
+    """mul.cc takes int16 only symmetric: with zero points the int32 product of two int16 values
+    could overflow, so the official kernel refuses them rather than widening."""
+    zero_points = [qz.scale_and_zero_point(ctx, t, "int16")[1] for t in (ctx.input(0), ctx.input(1), ctx.output(0))]
+    if any(zero_points):
+        raise ModelExecutionError(f"{ctx.op}: int16 inputs and output need zero points 0, got {zero_points}")
 
 
 def _quantized_mul(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:

@@ -42,3 +42,15 @@ def explicit_padding(padding: str, in_hw: tuple[int, int], kernel_hw: tuple[int,
     if padding == "VALID":
         return [(0, 0), (0, 0)]
     return [same_padding(in_hw[i], kernel_hw[i], strides[i], dilations[i]) for i in range(2)]
+
+
+def float32_steps(lax: Any, x: Any) -> Any:
+    """Round float64 values to float32 precision, keeping float64: one float32 C operation,
+    emulated exactly (a float64 +, - or * of float32 values, then this, is the float32
+    result).  Under XLA (``lax`` given) a convert round trip could be folded away and a
+    multiply-add fused into an FMA, so the rounding is an explicit ``reduce_precision``."""
+    if lax is not None:
+        return lax.reduce_precision(x, 8, 23)
+    import numpy as np
+
+    return np.asarray(x, np.float64).astype(np.float32).astype(np.float64)

@@ -17,10 +17,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from .common import float32_steps
 from .registry import Op, OpContext, register
+from .shape import (
+    ANY_DTYPE,
+    QUANTIZED_DTYPES,
+    legacy_quant_params,
+    require_int16_zero_points,
+    require_same_quantization,
+)
 
-# Pure data movement: exact for every element type.
-MOVEMENT_DTYPES = ("float32", "int32", "int64")
+# The types the official DEPTH_TO_SPACE / SPACE_TO_DEPTH accept (no int16, float16, bool).
+BLOCK_DTYPES = ("float32", "int8", "uint8", "int32", "int64")
 
 
 def _require_rank(ctx: OpContext, x: Any, rank: int) -> None:
@@ -73,11 +81,16 @@ def nearest_index(in_size: int, out_size: int, align_corners: bool, half_pixel_c
 
 @register("RESIZE_BILINEAR")
 class ResizeBilinear(Op):
-    dtypes = ("float32",)
+    dtypes = ("float32", "int8", "uint8", "int16")
 
     def compute(self, ctx: OpContext, x: Any, size: Any) -> Any:
-        xp = ctx.xp
         out_h, out_w = _resize_size(ctx, x, size)
+        dtype = ctx.input(0).dtype
+        if dtype == "uint8":
+            return _bilinear_uint8(ctx, x, out_h, out_w)
+        if dtype in ("int8", "int16"):
+            return _bilinear_integer(ctx, x, out_h, out_w)
+        xp = ctx.xp
         o = ctx.options
         y0, y1, fy = bilinear_taps(x.shape[1], out_h, o.align_corners, o.half_pixel_centers)
         x0, x1, fx = bilinear_taps(x.shape[2], out_w, o.align_corners, o.half_pixel_centers)
@@ -89,16 +102,86 @@ class ResizeBilinear(Op):
                 + xp.take(top, x1, axis=2) * (1 - fy) * fx + xp.take(bottom, x1, axis=2) * fy * fx)
 
 
+def _bilinear_uint8(ctx: OpContext, x: Any, out_h: int, out_w: int) -> Any:
+    """The official optimized uint8 kernel (``ResizeBilinearGenericSmallChannel``): the four
+    products with float32 weights summed left to right in float32, plus 0.5, truncated.
+    (Its 8x half-pixel fast path computes the same values exactly in 8.8 fixed point.)"""
+    xp, o = ctx.xp, ctx.options
+    y0, y1, fy = bilinear_taps(x.shape[1], out_h, o.align_corners, o.half_pixel_centers)
+    x0, x1, fx = bilinear_taps(x.shape[2], out_w, o.align_corners, o.half_pixel_centers)
+    one = np.float32(1)
+    wy = [(one - fy).reshape(1, -1, 1, 1), fy.reshape(1, -1, 1, 1)]
+    wx = [(one - fx).reshape(1, 1, -1, 1), fx.reshape(1, 1, -1, 1)]
+    wide = x.astype(xp.float64)
+    rows = [xp.take(wide, y0, axis=1), xp.take(wide, y1, axis=1)]
+    total = None
+    for r, c in ((0, 0), (0, 1), (1, 0), (1, 1)):  # the kernel's order: y0x0, y0x1, y1x0, y1x1
+        weight = (wy[r] * wx[c]).astype(np.float32).astype(np.float64)
+        term = float32_steps(ctx.lax, xp.take(rows[r], (x0, x1)[c], axis=2) * weight)
+        total = term if total is None else float32_steps(ctx.lax, total + term)
+    total = float32_steps(ctx.lax, total + 0.5)
+    return xp.clip(xp.trunc(total), 0, 255).astype(x.dtype)
+
+
+def _integer_taps(in_size: int, out_size: int, align_corners: bool,
+                  half_pixel_centers: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``ComputeInterpolationValuesInteger``: positions in 1/1024ths of a pixel from a rounded
+    10-bit scale, bounds by C (truncating) division; returns (lower, upper, 1024 * fraction)."""
+    if align_corners and out_size > 1:
+        scale = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
+    else:
+        scale = ((1 << 10) * in_size + out_size // 2) // out_size
+    pos = np.arange(out_size, dtype=np.int64) * scale
+    if half_pixel_centers:
+        pos = pos + scale // 2 - (1 << 9)
+    lower = np.maximum(_c_divide(pos, 1 << 10), 0)
+    upper = np.minimum(_c_divide(pos + (1 << 10) - 1, 1 << 10), in_size - 1)
+    return lower, upper, pos - (1 << 10) * lower
+
+
+def _c_divide(x: np.ndarray, divisor: int) -> np.ndarray:
+    """C integer division of int64 values by a positive divisor (rounds toward zero)."""
+    quotient = np.abs(x) // divisor
+    return np.where(x < 0, -quotient, quotient)
+
+
+def _bilinear_integer(ctx: OpContext, x: Any, out_h: int, out_w: int) -> Any:
+    """``reference_ops::ResizeBilinearInteger`` (int8 and int16): 10-bit weights, a 20-bit
+    fraction in int64, rounded half away from zero."""
+    xp, o = ctx.xp, ctx.options
+    y0, y1, fy = _integer_taps(x.shape[1], out_h, o.align_corners, o.half_pixel_centers)
+    x0, x1, fx = _integer_taps(x.shape[2], out_w, o.align_corners, o.half_pixel_centers)
+    wy = [((1 << 10) - fy).reshape(1, -1, 1, 1), fy.reshape(1, -1, 1, 1)]
+    wx = [((1 << 10) - fx).reshape(1, 1, -1, 1), fx.reshape(1, 1, -1, 1)]
+    wide = x.astype(xp.int64)
+    rows = [xp.take(wide, y0, axis=1), xp.take(wide, y1, axis=1)]
+    total = sum(xp.take(rows[r], (x0, x1)[c], axis=2) * wy[r] * wx[c] for r in (0, 1) for c in (0, 1))
+    rounded = total + xp.where(total > 0, 1 << 19, -(1 << 19))
+    magnitude = xp.abs(rounded) >> 20
+    return xp.where(rounded < 0, -magnitude, magnitude).astype(x.dtype)
+
+
 @register("RESIZE_NEAREST_NEIGHBOR")
 class ResizeNearestNeighbor(Op):
-    dtypes = MOVEMENT_DTYPES
+    dtypes = ("float32", "float16", "int8", "uint8", "int16", "int32", "bool")
 
     def compute(self, ctx: OpContext, x: Any, size: Any) -> Any:
         out_h, out_w = _resize_size(ctx, x, size)
         o = ctx.options
-        rows = nearest_index(x.shape[1], out_h, o.align_corners, o.half_pixel_centers)
-        cols = nearest_index(x.shape[2], out_w, o.align_corners, o.half_pixel_centers)
+        index = nearest_index
+        if np.dtype(x.dtype).itemsize == 1 and not o.align_corners and not o.half_pixel_centers:
+            index = _nearest_index_16_16
+        rows = index(x.shape[1], out_h, o.align_corners, o.half_pixel_centers)
+        cols = index(x.shape[2], out_w, o.align_corners, o.half_pixel_centers)
         return ctx.xp.take(ctx.xp.take(x, rows, axis=1), cols, axis=2)
+
+
+def _nearest_index_16_16(in_size: int, out_size: int, *_: Any) -> np.ndarray:
+    """The official optimized kernel, which every 8-bit type takes without align_corners or
+    half_pixel_centers: a 16.16 fixed-point scale (in << 16) / out + 1, which can pick a
+    different pixel than the float scale does."""
+    scale = (in_size << 16) // out_size + 1
+    return np.minimum((np.arange(out_size, dtype=np.int64) * scale) >> 16, in_size - 1)
 
 
 def _block_size(ctx: OpContext) -> int:
@@ -110,7 +193,7 @@ def _block_size(ctx: OpContext) -> int:
 
 @register("DEPTH_TO_SPACE")
 class DepthToSpace(Op):
-    dtypes = MOVEMENT_DTYPES
+    dtypes = BLOCK_DTYPES
 
     def compute(self, ctx: OpContext, x: Any) -> Any:
         _require_rank(ctx, x, 4)
@@ -126,7 +209,7 @@ class DepthToSpace(Op):
 
 @register("SPACE_TO_DEPTH")
 class SpaceToDepth(Op):
-    dtypes = MOVEMENT_DTYPES
+    dtypes = BLOCK_DTYPES
 
     def compute(self, ctx: OpContext, x: Any) -> Any:
         _require_rank(ctx, x, 4)
@@ -149,15 +232,26 @@ def _block_shape_and_pairs(ctx: OpContext, x: Any, block: Any, pairs: Any, what:
     return block, pairs
 
 
+def _require_unchanged_quantization(ctx: OpContext) -> None:
+    """The official SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND Prepare: quantized input and
+    output share scale and zero point, and int16 is symmetric."""
+    require_same_quantization(ctx, dtypes=QUANTIZED_DTYPES)
+    require_int16_zero_points(ctx, [ctx.input(0), ctx.output(0)])
+
+
 @register("SPACE_TO_BATCH_ND")
 class SpaceToBatchND(Op):
-    dtypes = MOVEMENT_DTYPES
+    dtypes = ANY_DTYPE
 
     def compute(self, ctx: OpContext, x: Any, block_shape: Any, paddings: Any) -> Any:
         block, pads = _block_shape_and_pairs(ctx, x, block_shape, paddings, "paddings")
+        _require_unchanged_quantization(ctx)
         m, n = len(block), x.shape[0]
         rest = tuple(x.shape[1 + m:])
-        x = ctx.xp.pad(x, [(0, 0)] + [tuple(p) for p in pads.tolist()] + [(0, 0)] * len(rest))
+        # quantized tensors pad with the output's zero point (the quantized 0.0)
+        pad_value = np.asarray(legacy_quant_params(ctx.output(0))[1]).astype(x.dtype)
+        x = ctx.xp.pad(x, [(0, 0)] + [tuple(p) for p in pads.tolist()] + [(0, 0)] * len(rest),
+                       constant_values=pad_value)
         spatial = x.shape[1:1 + m]
         if any(s % b for s, b in zip(spatial, block)):
             raise ModelExecutionError(f"{ctx.op}: padded spatial dims {tuple(spatial)} are not multiples of "
@@ -172,10 +266,11 @@ class SpaceToBatchND(Op):
 
 @register("BATCH_TO_SPACE_ND")
 class BatchToSpaceND(Op):
-    dtypes = MOVEMENT_DTYPES
+    dtypes = ANY_DTYPE
 
     def compute(self, ctx: OpContext, x: Any, block_shape: Any, crops: Any) -> Any:
         block, crops = _block_shape_and_pairs(ctx, x, block_shape, crops, "crops")
+        _require_unchanged_quantization(ctx)
         m, blocks = len(block), math.prod(block)
         if x.shape[0] % blocks:
             raise ModelExecutionError(f"{ctx.op}: batch {x.shape[0]} is not a multiple of the block size "

@@ -1,8 +1,9 @@
 """Joining and splitting tensors along an axis: CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V.
 
-Quantized inputs are copied unchanged when their quantization equals the
-output's.  Where the official kernel accepts a different quantization
-(uint8 CONCATENATION), the values are requantized the way it does:
+Quantized values are copied unchanged; the official kernels refuse a
+quantization that differs from the output's (PACK, UNPACK, int8
+CONCATENATION) or ignore it (int16 CONCATENATION, SPLIT), except uint8
+CONCATENATION, which requantizes each input the way it does:
 ``round(q * s_in / s_out - zp_in * s_in / s_out) + zp_out`` in float32.
 """
 
@@ -13,41 +14,46 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
+from . import fixedpoint as fp
+from .common import float32_steps
 from .registry import Op, OpContext, register
-from .shape import ANY_DTYPE, normalize_axis, static_ints
+from .shape import (
+    ANY_DTYPE,
+    legacy_quant_params,
+    normalize_axis,
+    require_int16_zero_points,
+    require_same_quantization,
+    static_ints,
+)
 
 
-def _quant_params(t) -> tuple[float, int] | None:
-    q = t.quantization
-    if q is None or not q.is_affine:
-        return None
-    return float(q.scale[0]), int(q.zero_point[0]) if q.zero_point else 0
-
-
-def _requantize_to_output(ctx: OpContext, values: list[Any]) -> list[Any]:
-    """Bring quantized inputs to the output's scale (integer outputs only)."""
-    out_q = _quant_params(ctx.output(0))
-    dtype = ctx.output(0).dtype
-    if out_q is None or dtype not in ("uint8", "int8", "int16"):
-        return values
+def _requantize_uint8(ctx: OpContext, v: Any, in_q: tuple[float, int], out_q: tuple[float, int]) -> Any:
+    """One input of ``ConcatenationWithScaling``: round(q * scale + bias) + zp_out in float32,
+    with scale = s_in * (1 / s_out) and bias = -zp_in * scale, rounded half away from zero."""
     xp = ctx.xp
-    info = np.iinfo(dtype)
-    out_scale, out_zp = out_q
-    result = []
-    for i, v in enumerate(values):
-        in_q = _quant_params(ctx.input(i))
-        if in_q is None or in_q == out_q:
-            result.append(v)
-            continue
-        if dtype != "uint8":
-            raise ModelExecutionError(f"{ctx.op}: {dtype} inputs must have the output's quantization "
-                                      f"(input {i} has scale/zero point {in_q}, output {out_q})")
-        scale = np.float32(in_q[0]) * (np.float32(1.0) / np.float32(out_scale))
-        bias = np.float32(-in_q[1]) * scale
-        real = v.astype(np.float32) * scale + bias
-        q = xp.sign(real) * xp.floor(xp.abs(real) + np.float32(0.5))  # std::round: halves away from zero
-        result.append(xp.clip(q.astype(np.int32) + out_zp, info.min, info.max).astype(v.dtype))
-    return result
+    scale = np.float32(in_q[0]) * (np.float32(1.0) / np.float32(out_q[0]))
+    bias = np.float32(np.float32(-in_q[1]) * scale)
+    product = float32_steps(ctx.lax, v.astype(xp.float64) * np.float64(scale))
+    real = float32_steps(ctx.lax, product + np.float64(bias))
+    q = fp.float_to_int32_like_x86(xp, fp.round_half_away_from_zero(xp, real)) + out_q[1]
+    return xp.clip(q, 0, 255).astype(v.dtype)
+
+
+def _concatenation_inputs(ctx: OpContext, values: list[Any]) -> list[Any]:
+    """What the official kernel concatenates: uint8 inputs requantized to the output's
+    scale; int8 inputs must already have it; int16 ones must be symmetric (then copied,
+    whatever their scales)."""
+    dtype = ctx.output(0).dtype
+    if dtype == "int8":
+        require_same_quantization(ctx, inputs=range(len(values)))
+    elif dtype == "int16":
+        require_int16_zero_points(ctx, [ctx.input(i) for i in range(len(values))] + [ctx.output(0)])
+    elif dtype == "uint8":
+        out_q = legacy_quant_params(ctx.output(0))
+        return [v if legacy_quant_params(ctx.input(i)) == out_q else
+                _requantize_uint8(ctx, v, legacy_quant_params(ctx.input(i)), out_q)
+                for i, v in enumerate(values)]
+    return values
 
 
 @register("CONCATENATION")
@@ -60,14 +66,15 @@ class Concatenation(Op):
             # The official kernel refuses a fused activation on CONCATENATION.
             raise UnsupportedOpError(f"{ctx.op}: a fused activation ({activation}) is not supported")
         first = values[0]
-        if first.ndim == 0:  # scalars concatenate into a vector
-            return ctx.xp.stack(_requantize_to_output(ctx, [ctx.xp.reshape(v, ()) for v in values]))
+        if first.ndim == 0:
+            # Constant scalars: the official Prepare copies their bytes, never requantizing.
+            return ctx.xp.stack([ctx.xp.reshape(v, ()) for v in values])
         axis = normalize_axis(ctx, int(ctx.options.get("axis", 0)), first.ndim)
         for i, v in enumerate(values):
             if v.ndim != first.ndim or any(a != b for d, (a, b) in enumerate(zip(v.shape, first.shape)) if d != axis):
                 raise ModelExecutionError(f"{ctx.op}: input {i} of shape {tuple(v.shape)} does not match "
                                           f"input 0 of shape {tuple(first.shape)} outside axis {axis}")
-        return ctx.xp.concatenate(_requantize_to_output(ctx, list(values)), axis=axis)
+        return ctx.xp.concatenate(_concatenation_inputs(ctx, list(values)), axis=axis)
 
 
 @register("PACK")
@@ -79,6 +86,7 @@ class Pack(Op):
         if any(tuple(v.shape) != shape for v in values):
             raise ModelExecutionError(f"{ctx.op}: all inputs need shape {shape}, got "
                                       f"{[tuple(v.shape) for v in values]}")
+        require_same_quantization(ctx, inputs=range(len(values)))
         axis = normalize_axis(ctx, int(ctx.options.get("axis", 0)), len(shape) + 1)
         return ctx.xp.stack(list(values), axis=axis)
 
@@ -98,12 +106,16 @@ class Unpack(Op):
         if num != x.shape[axis]:
             raise ModelExecutionError(f"{ctx.op}: num={num} but axis {axis} of {tuple(x.shape)} has "
                                       f"{x.shape[axis]} entries")
+        require_same_quantization(ctx, outputs=range(num))
         return [ctx.xp.take(x, i, axis=axis) for i in range(num)]
+
+
+SPLITTABLE = ("float32", "int8", "uint8", "int16", "int32", "int64")  # the official SPLIT / SPLIT_V's types
 
 
 @register("SPLIT")
 class Split(Op):
-    dtypes = ANY_DTYPE
+    dtypes = SPLITTABLE
 
     def input_dtype(self, op, subgraph):
         return subgraph.tensors[op.inputs[1]].dtype
@@ -121,7 +133,7 @@ class Split(Op):
 
 @register("SPLIT_V")
 class SplitV(Op):
-    dtypes = ANY_DTYPE
+    dtypes = SPLITTABLE
 
     def compute(self, ctx: OpContext, x: Any, size_splits: Any, axis: Any) -> Any:
         a = static_ints(ctx, axis, "the axis")

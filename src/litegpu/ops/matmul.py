@@ -161,39 +161,6 @@ def _integer_fc(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
 
 # --- hybrid: float activations quantized per row --------------------------------------
 
-def _quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
-    """``BatchQuantizeFloats`` over the last axis: (int8 values as int64, float32 scale, int64 zero point)."""
-    rows = rows.astype(xp.float32)
-    lo, hi = rows.min(axis=-1, keepdims=True), rows.max(axis=-1, keepdims=True)
-    if not asymmetric:  # SymmetricQuantizeFloats
-        value_range = xp.maximum(xp.abs(lo), xp.abs(hi))
-        empty = value_range == 0
-        safe = xp.where(empty, xp.float32(1), value_range)
-        scale = xp.where(empty, xp.float32(1), q.fp.divide_f32_exactly(xp, safe, xp.float32(127)))
-        inverse = q.fp.divide_f32_exactly(xp, xp.float32(127), safe)
-        values = q.fp.round_half_away_from_zero(xp, rows * inverse)
-        values = xp.where(empty, 0, xp.clip(values, -127, 127)).astype(xp.int64)
-        return values, scale, xp.zeros_like(values[..., :1])
-    # AsymmetricQuantizeFloats: the zero point is nudged in double precision, but the range
-    # rmax - rmin is a float32 difference (measured: the double difference gives a scale one
-    # ulp off in ~1 row of 10, as the optimized x86 build keeps rmin / rmax as floats)
-    rmin32, rmax32 = xp.minimum(lo, 0), xp.maximum(hi, 0)
-    rmin, rmax = rmin32.astype(xp.float64), rmax32.astype(xp.float64)
-    empty = rmin == rmax
-    scale64 = xp.where(empty, 1.0, (rmax32 - rmin32).astype(xp.float64) / 255.0)
-    from_min, from_max = -128.0 - rmin / scale64, 127.0 - rmax / scale64
-    use_min = (128.0 + xp.abs(rmin / scale64)) < (127.0 + xp.abs(rmax / scale64))
-    zero_point = xp.where(use_min, from_min, from_max)
-    zero_point = xp.where(zero_point <= -128, -128.0,
-                          xp.where(zero_point >= 127, 127.0, q.fp.round_half_away_from_zero(xp, zero_point)))
-    zero_point = xp.where(empty, 0.0, zero_point)
-    scale = scale64.astype(xp.float32)
-    inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
-    values = q.fp.round_half_away_from_zero(xp, zero_point.astype(xp.float32) + rows * inverse)
-    values = xp.where(empty, 0, xp.clip(values, -128, 127)).astype(xp.int64)
-    return values, scale, zero_point.astype(xp.int64)
-
-
 def _hybrid_scale(row_scale: Any, w_t: Any, channels: int) -> Any:
     """Row scale times weight scale in float32: per-tensor scales fold into the row scale,
     per-channel ones multiply it per output column."""
@@ -217,7 +184,7 @@ def _hybrid_product(xp: Any, ctx: OpContext, quantized: Any, row_scale: Any, row
 
 def _hybrid_fc(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     w_t = ctx.input(1)
-    quantized, row_scale, row_zp = _quantize_rows(xp, x, ctx.options.get("asymmetric_quantize_inputs", False))
+    quantized, row_scale, row_zp = q.quantize_rows(xp, x, ctx.options.get("asymmetric_quantize_inputs", False))
     return _hybrid_product(xp, ctx, quantized, row_scale, row_zp, w.T, w_t)
 
 
@@ -343,7 +310,7 @@ def _blockwise_fc_exact(ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.n
     then output = (output - zero_point * kfsum) * row_scale + bias."""
     units, depth = w.shape
     block, scales = _block_scales(ctx, units, depth)
-    quantized, row_scale, row_zp = _quantize_rows(np, x, True)
+    quantized, row_scale, row_zp = q.quantize_rows(np, x, True)
     blocks = depth // block
     weights = w.astype(np.int64).reshape(units, blocks, block)
     acc = np.einsum("rbk,ubk->rub", quantized.reshape(-1, blocks, block), weights).astype(np.float32)
@@ -363,7 +330,7 @@ def _blockwise_fc_dequantized(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any
     differs from the official kernel's."""
     units, depth = w.shape
     block, scales = _block_scales(ctx, units, depth)
-    quantized, row_scale, row_zp = _quantize_rows(xp, x, True)
+    quantized, row_scale, row_zp = q.quantize_rows(xp, x, True)
     weights = xp.asarray(w).astype(xp.float32).reshape(units, depth // block, block)
     weights = (weights * xp.asarray(scales)[:, :, None]).reshape(units, depth)
     centred = (quantized - row_zp).astype(xp.float32)
@@ -434,7 +401,7 @@ class BatchMatMul(Op):
         x, y = _batch_matmul_operands(ctx, x, y)
         x_t, y_t, out_t = ctx.input(0), ctx.input(1), ctx.output(0)
         if x_t.dtype == "float32":
-            quantized, row_scale, row_zp = _quantize_rows(xp, x, ctx.options.asymmetric_quantize_inputs)
+            quantized, row_scale, row_zp = q.quantize_rows(xp, x, ctx.options.asymmetric_quantize_inputs)
             return _hybrid_product(xp, ctx, quantized, row_scale, row_zp, y, y_t)
         if out_t.dtype == "int32":  # the raw product: no zero points, no rescaling
             return _integer_dot(xp, ctx, x, y, False)

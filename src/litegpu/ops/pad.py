@@ -8,7 +8,12 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from .registry import Op, OpContext, register
-from .shape import ANY_DTYPE
+from .shape import (
+    ANY_DTYPE,
+    QUANTIZED_DTYPES,
+    require_int16_zero_points,
+    require_same_quantization,
+)
 
 
 def static_paddings(ctx: OpContext, paddings: Any, rank: int) -> list[tuple[int, int]]:
@@ -61,6 +66,9 @@ class MirrorPad(Op):
 
     def compute(self, ctx: OpContext, x: Any, paddings: Any) -> Any:
         pads = static_paddings(ctx, paddings, x.ndim)
+        # the official Prepare: quantized values are copied, never requantized
+        require_same_quantization(ctx, dtypes=QUANTIZED_DTYPES)
+        require_int16_zero_points(ctx, [ctx.input(0), ctx.output(0)])
         mode = ctx.options.get("mode", "REFLECT")
         # REFLECT mirrors around the edge element, SYMMETRIC repeats it.
         limit_offset = 1 if mode == "REFLECT" else 0

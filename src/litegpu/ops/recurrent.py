@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from .common import fused_activation
-from .matmul import _integer_dot, _quantize_rows
+from ._quantized import quantize_rows as _quantize_rows
+from .matmul import _integer_dot
 from .registry import Op, OpContext, register
 
 

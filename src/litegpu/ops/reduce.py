@@ -6,6 +6,7 @@ duplicate axes are allowed, and an empty axis list reduces nothing.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -173,8 +174,58 @@ class Mean(_MeanOrSum):
 
 @register("REDUCE_PROD")
 class ReduceProd(_Reduce):
+    dtypes = ("float32", "int8", "int16", "int32", "int64")  # no uint8: the official kernel refuses it
+
+    def compute(self, ctx: OpContext, x: Any, axes: Any) -> Any:
+        ax = reduction_axes(ctx, axes, x.ndim)
+        # with no axes the official kernel is a no-op: the values are copied, not rescaled
+        if ax and ctx.input(0).dtype in ("int8", "int16") and _affine(ctx.input(0)) is not None:
+            return keep_or_drop(ctx, _quantized_prod(ctx, x, ax), tuple(x.shape), ax)
+        return super().compute(ctx, x, axes)
+
     def reduce(self, ctx, x, axes):
         return ctx.xp.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
+
+
+def _quantized_prod(ctx: OpContext, x: Any, axes: tuple[int, ...]) -> Any:
+    """``QuantizedReduceProd``: the zero-point centred values multiplied in input order, each
+    product after the first rescaled by in_scale / out_scale^(1/n) (the int64
+    MultiplyByQuantizedMultiplier), and the result once more, so that n rescalings make
+    in_scale^n / out_scale."""
+    xp = ctx.xp
+    (in_scale, in_zp), (out_scale, out_zp) = _affine(ctx.input(0)), _affine(ctx.output(0))
+    if x.dtype == np.int16 and (in_zp or out_zp):
+        raise ModelExecutionError(f"{ctx.op}: int16 tensors must have zero points of 0")
+    count = int(np.prod([x.shape[a] for a in axes]))
+    if count == 0:
+        raise ModelExecutionError(f"{ctx.op}: a quantized product over zero elements is not defined")
+    scaling = float(np.float32(in_scale)) / math.pow(float(np.float32(out_scale)), 1.0 / count)
+    multiplier, shift = fp.quantize_multiplier(scaling)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    # reduced axes last, in row-major order: the order the official loop meets the values
+    values = xp.transpose(x.astype(xp.int64) - in_zp, kept + list(axes))
+    values = xp.reshape(values, tuple(x.shape[a] for a in kept) + (count,))
+
+    def step(acc: Any, value: Any) -> Any:
+        return fp.multiply_by_quantized_multiplier_int64(xp, acc * value, multiplier, shift)
+
+    acc = _fold_last_axis(ctx, values, step)
+    info = np.iinfo(x.dtype)
+    y = xp.clip(fp.multiply_by_quantized_multiplier_int64(xp, acc, multiplier, shift) + out_zp, info.min, info.max)
+    return xp.reshape(y.astype(x.dtype), tuple(1 if a in axes else d for a, d in enumerate(x.shape)))
+
+
+def _fold_last_axis(ctx: OpContext, values: Any, step: Any) -> Any:
+    """A sequential left fold over the last axis, starting from its first entry."""
+    xp = ctx.xp
+    if ctx.lax is None:
+        acc = values[..., 0]
+        for i in range(1, values.shape[-1]):
+            acc = step(acc, values[..., i])
+        return acc
+    rest = xp.moveaxis(values[..., 1:], -1, 0)
+    acc, _ = ctx.lax.scan(lambda a, v: (step(a, v), None), values[..., 0], rest)
+    return acc
 
 
 class _Extremum(_Reduce):
@@ -186,6 +237,8 @@ class _Extremum(_Reduce):
         dtype = np.dtype(x.dtype)
         if dtype.name in QUANTIZED and _affine(ctx.input(0)) != _affine(ctx.output(0)):
             raise ModelExecutionError(f"{ctx.op}: quantized input and output need the same scale and zero point")
+        if dtype.name == "int16" and (_affine(ctx.input(0)) or (0.0, 0))[1]:
+            raise ModelExecutionError(f"{ctx.op}: int16 tensors must have zero points of 0")
         if any(x.shape[a] == 0 for a in axes):
             # The official kernels start from the type's lowest (or highest) value.
             info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)

@@ -32,6 +32,41 @@ def static_ints(ctx: OpContext, value: Any, what: str) -> list[int]:
     return [int(v) for v in array.reshape(-1)]
 
 
+QUANTIZED_DTYPES = ("int8", "uint8", "int16")
+
+
+def legacy_quant_params(t: Any) -> tuple[float, int]:
+    """The (scale, zero point) the official kernels compare: ``TfLiteTensor::params``,
+    set only for a per-tensor quantization and (0, 0) otherwise; the scale as float32."""
+    q = None if t is None else t.quantization
+    if q is None or len(q.scale) != 1:
+        return 0.0, 0
+    return float(np.float32(q.scale[0])), int(q.zero_point[0]) if q.zero_point else 0
+
+
+def require_same_quantization(ctx: OpContext, inputs: Any = (0,), outputs: Any = (0,),
+                              dtypes: Any = None) -> None:
+    """Refuse what the official Prepare refuses: a data-movement op whose inputs and
+    outputs carry different scales or zero points (only for ``dtypes`` when given)."""
+    first = ctx.input(inputs[0]) if inputs else None
+    if dtypes is not None and (first is None or first.dtype not in dtypes):
+        return
+    tensors = [("input", i, ctx.input(i)) for i in inputs] + [("output", i, ctx.output(i)) for i in outputs]
+    expected = legacy_quant_params(ctx.output(outputs[0]))
+    for kind, i, t in tensors:
+        if t is not None and legacy_quant_params(t) != expected:
+            raise ModelExecutionError(f"{ctx.op}: {kind} {i} has scale/zero point {legacy_quant_params(t)} but "
+                                      f"output {outputs[0]} has {expected}; this op cannot requantize")
+
+
+def require_int16_zero_points(ctx: OpContext, tensors: Any) -> None:
+    """The official int16 kernels take symmetric quantization only."""
+    for t in tensors:
+        if t is not None and t.dtype == "int16" and legacy_quant_params(t)[1] != 0:
+            raise ModelExecutionError(f"{ctx.op}: int16 tensor {t.name!r} must have a zero point of 0, "
+                                      f"has {legacy_quant_params(t)[1]}")
+
+
 def normalize_axis(ctx: OpContext, axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < rank:
         raise ModelExecutionError(f"{ctx.op}: {what} {axis} is out of range for a rank-{rank} tensor "
@@ -102,6 +137,9 @@ class ExpandDims(Op):
         if len(values) != 1:
             raise ModelExecutionError(f"{ctx.op}: axis must hold one value, got {values}")
         a = normalize_axis(ctx, values[0], x.ndim + 1)
+        # the official Prepare (unlike RESHAPE's and SQUEEZE's) insists on one quantization
+        require_same_quantization(ctx)
+        require_int16_zero_points(ctx, [ctx.input(0)])
         return ctx.xp.reshape(x, tuple(x.shape[:a]) + (1,) + tuple(x.shape[a:]))
 
 

@@ -32,6 +32,8 @@ class Slice(Op):
     dtypes = ANY_DTYPE
 
     def compute(self, ctx: OpContext, x: Any, begin: Any, size: Any) -> Any:
+        if ctx.target.is_xla and not _is_static(begin):
+            return self._dynamic_begin_slice(ctx, x, begin, size)
         begins = static_ints(ctx, begin, "begin")
         sizes = static_ints(ctx, size, "size")
         if len(begins) != x.ndim or len(sizes) != x.ndim:
@@ -43,6 +45,24 @@ class Slice(Op):
                 raise ModelExecutionError(f"{ctx.op}: slice [{b}, {b}+{s}) is outside axis {axis} of size {dim}")
             index.append(slice(b, end))
         return x[tuple(index)]
+
+    def _dynamic_begin_slice(self, ctx: OpContext, x: Any, begin: Any, size: Any) -> Any:
+        """A begin computed while running (a WHILE loop's counter) with static sizes: ``lax.dynamic_slice``.
+
+        In-range begins give exactly the official result. The official kernel fails on a begin
+        that puts the slice outside the tensor; XLA cannot fail at run time, so such a slice is
+        moved back inside the tensor (begin clamped to [0, dim - size], dynamic_slice's rule).
+        """
+        sizes = static_ints(ctx, size, "size")
+        if len(sizes) != x.ndim or tuple(np.shape(begin)) != (x.ndim,):
+            raise ModelExecutionError(f"{ctx.op}: begin {tuple(np.shape(begin))} and size {sizes} need "
+                                      f"{x.ndim} values each")
+        if any(s < 0 for s in sizes):
+            raise UnsupportedOpError(f"{ctx.op}: size -1 with a begin computed while running gives an output "
+                                     "shape known only at run time")
+        if any(s > d for s, d in zip(sizes, x.shape)):
+            raise ModelExecutionError(f"{ctx.op}: size {sizes} is larger than the input shape {tuple(x.shape)}")
+        return ctx.lax.dynamic_slice(x, [begin[i] for i in range(x.ndim)], sizes)
 
 
 # ---- STRIDED_SLICE -------------------------------------------------------------------------------
@@ -164,6 +184,8 @@ class StridedSlice(Op):
     def compute(self, ctx: OpContext, x: Any, begin: Any, end: Any, strides: Any) -> Any:
         if ctx.target.is_xla and not _is_static(begin) and ctx.options.get("offset", False):
             return self._dynamic_offset_slice(ctx, x, begin, end, strides)
+        if ctx.target.is_xla and not (_is_static(begin) and _is_static(end)):
+            return self._dynamic_index_slice(ctx, x, begin, end, strides)
         effective_shape, plan = self._plan(ctx, tuple(x.shape), begin, end, strides)
         y = ctx.xp.reshape(x, tuple(effective_shape))[tuple(a.as_slice() for a in plan)]
         return ctx.xp.reshape(y, tuple(a.length for a in plan if not a.shrink))
@@ -189,6 +211,37 @@ class StridedSlice(Op):
         y = lax.dynamic_slice(x, starts, sizes)
         y = y[tuple(slice(None, None, s) for s in steps)]
         return jnp.reshape(y, tuple(d for i, d in enumerate(y.shape) if not _bit(shrink, i)))
+
+    def _dynamic_index_slice(self, ctx: OpContext, x: Any, begin: Any, end: Any, strides: Any) -> Any:
+        """A computed begin / end without ``offset``: only ``x[i]``-like slices have a static shape.
+
+        Each axis must either shrink (one element at the computed begin; end is ignored) or take
+        the whole axis (begin and end masked). A negative begin counts from the end as in the
+        official kernel; an out-of-range one, an error there, is clamped into the axis here.
+        """
+        o = ctx.options
+        rank, steps = x.ndim, static_ints(ctx, strides, "strides")
+        shrink, begin_mask, end_mask = (int(o.get(k, 0)) for k in ("shrink_axis_mask", "begin_mask", "end_mask"))
+        shrunk = [_bit(shrink, i) for i in range(rank)]
+        whole = [_bit(begin_mask, i) and _bit(end_mask, i) for i in range(rank)]
+        if (o.get("ellipsis_mask", 0) or o.get("new_axis_mask", 0) or len(steps) != rank
+                or tuple(np.shape(begin)) != (rank,) or not all(shrunk[i] or whole[i] for i in range(rank))):
+            raise UnsupportedOpError(f"{ctx.op}: a begin or end computed while running is supported only when "
+                                     "every axis either shrinks or is taken whole (begin and end masked)")
+        if 0 in steps:
+            raise ModelExecutionError(f"{ctx.op}: strides {steps} must be non-zero")
+        jnp = ctx.xp
+
+        def start(i: int) -> Any:  # a shrunk axis with its begin masked takes element 0, as StartForAxis does
+            if not shrunk[i] or _bit(begin_mask, i):
+                return 0
+            return jnp.where(begin[i] < 0, begin[i] + x.shape[i], begin[i])
+
+        sizes = [1 if shrunk[i] else x.shape[i] for i in range(rank)]
+        starts = [jnp.asarray(start(i)).astype(begin.dtype) for i in range(rank)]  # dynamic_slice wants one type
+        y = ctx.lax.dynamic_slice(x, starts, sizes)
+        y = y[tuple(slice(None) if shrunk[i] else slice(None, None, steps[i]) for i in range(rank))]
+        return jnp.reshape(y, tuple(d for i, d in enumerate(y.shape) if not shrunk[i]))
 
 
 # ---- gathers and scatters ------------------------------------------------------------------------
@@ -223,7 +276,8 @@ class Gather(Op):
         batch = math.prod(x.shape[:batch_dims])
         outer = math.prod(x.shape[batch_dims:axis])
         inner = math.prod(x.shape[axis + 1:])
-        xr = xp.reshape(x, (batch, outer, x.shape[axis], inner))
+        # asarray: a constant table (numpy) indexed by run-time indices must become a jax array first
+        xr = xp.reshape(xp.asarray(x), (batch, outer, x.shape[axis], inner))
         ir = xp.reshape(indices, (batch, math.prod(indices.shape[batch_dims:])))
         b = np.arange(batch).reshape(batch, 1, 1)
         m = np.arange(outer).reshape(1, outer, 1)
@@ -241,7 +295,7 @@ class GatherNd(Op):
                                       f"{x.ndim} (the params' rank)")
         k = indices.shape[-1]
         _check_indices(ctx, indices, np.asarray(x.shape[:k]), "index")
-        return x[tuple(indices[..., i] for i in range(k))]
+        return ctx.xp.asarray(x)[tuple(indices[..., i] for i in range(k))]  # a constant table: see GATHER
 
 
 @register("SCATTER_ND")
