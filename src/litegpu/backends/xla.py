@@ -126,21 +126,31 @@ class XlaState:
     def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32)):
         self.device = device
         self.storage = np.dtype(storage)
+        self.param_key: dict[tuple[int, int], str] = {}  # (subgraph, tensor) -> params key
         self.params = self._device_params(model)
-        self.folded: dict[tuple[int, int], str] = {}   # (subgraph, tensor) -> params key
+        self.folded: dict[tuple[int, int], str] = {}      # (subgraph, tensor) -> params key of a folded op output
         self._fold_constant_ops(model)
+        self._drop_unread_params(model)
         self.variables: dict = {}
 
     def _device_params(self, model: Model) -> dict[str, Any]:
+        """One device array per weight buffer: tensors of several subgraphs (a ``prefill`` and a
+        ``decode`` signature) that share a buffer share the array.  On the CPU a 64-byte aligned
+        float32 buffer of the memory map becomes the device array without a copy."""
         jax = jax_module()
-        params = {}
+        params: dict[str, Any] = {}
         for sg in model.subgraphs:
             for t in sg.tensors:
-                if _is_param(t):
+                if not _is_param(t):
+                    continue
+                shared = t.buffer > 0 and t.sparsity is None
+                key = f"buffer {t.buffer} {t.dtype}{list(t.shape)}" if shared else f"{sg.index}:{t.index}"
+                self.param_key[(sg.index, t.index)] = key
+                if key not in params:
                     value = np.ascontiguousarray(t.data)
                     if t.dtype == "float32" and self.storage != np.float32:
                         value = value.astype(self.storage)
-                    params[f"{sg.index}:{t.index}"] = jax.device_put(value, self.device)
+                    params[key] = jax.device_put(value, self.device)
         return params
 
 
@@ -175,18 +185,19 @@ class XlaState:
                     key = f"{sg.index}:{t.index}"
                     self.params[key] = jax.device_put(value, self.device)
                     self.folded[(sg.index, t.index)] = key
-            self._drop_unread_params(sg)
 
-    def _drop_unread_params(self, sg: Subgraph) -> None:
+    def _drop_unread_params(self, model: Model) -> None:
         """Weights that only folded ops read (the float16 originals) need not stay on the device."""
-        still_read = set(sg.outputs)
-        for op in sg.operators:
-            if not all(t < 0 or (sg.index, t) in self.folded for t in op.outputs) or not op.outputs:
-                still_read.update(op.inputs)
-        for t in sg.tensors:
-            key = f"{sg.index}:{t.index}"
-            if t.data is not None and key in self.params and t.index not in still_read:
-                del self.params[key]
+        still_read: set[str] = set(self.folded.values())
+        for sg in model.subgraphs:
+            read = set(sg.outputs)
+            for op in sg.operators:
+                if not op.outputs or not all(t < 0 or (sg.index, t) in self.folded for t in op.outputs):
+                    read.update(op.inputs)
+            still_read.update(self.param_key[(sg.index, t)] for t in read if (sg.index, t) in self.param_key)
+        for key in [k for k in self.params if k not in still_read]:
+            del self.params[key]
+        self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
 
 
 def _shape_key(arrays: Sequence[Any]) -> tuple:
@@ -257,7 +268,8 @@ class XlaBackend:
         sg = self.subgraph
 
         def constant(sg_index: int, t: Tensor) -> Any:
-            value = params.get(f"{sg_index}:{t.index}")
+            key = self.state.param_key.get((sg_index, t.index))
+            value = params.get(key) if key is not None else None
             if value is not None:
                 return value
             return self._to_storage(t.data, t)

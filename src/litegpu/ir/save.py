@@ -27,7 +27,10 @@ from .opcodes import builtin_codes, options_union_for
 # Past this many bytes of constants (with room for the FlatBuffer itself) the
 # inline layout cannot be addressed, so the extended layout is chosen.
 INLINE_LIMIT = (1 << 31) - (64 << 20)
-ALIGNMENT = 16
+# Buffers after the FlatBuffer start on 64-byte boundaries: the format asks for 16, and 64 lets XLA on the
+# CPU use the memory-mapped weights in place instead of copying them (measured: a 2.55 GB float32 model peaks
+# at 1.16x its file size with 64, 3.26x with 16; see BENCHMARKS.md).
+ALIGNMENT = 64
 CUSTOM_CODE = 32
 
 
