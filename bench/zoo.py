@@ -1,0 +1,386 @@
+"""The model zoo: litegpu and the official runtime on the same models, inputs and machine.
+
+    python bench/zoo.py build [NAME ...]          # convert the Keras zoo with /work/tfenv (cached in bench/.zoo)
+    python bench/zoo.py run [--only STEM ...] [--threads 2] [--max-runs 30] [--seconds 4]
+    python bench/zoo.py table                     # the markdown table of bench/zoo.json
+    python bench/zoo.py plot                      # bench/zoo.png from bench/zoo.json
+
+``run`` measures every converted zoo model (batch 1 and batch 8) and every
+model in /work/shared/models.  Each model is measured in its own process (a
+crash, a runaway compile or the memory of a big model stays there), where
+these variants run alternately on the same inputs, round-robin with the
+starting variant rotated every round:
+
+- official: ``ai_edge_litert`` Interpreter, default delegate (XNNPACK), ``--threads`` threads;
+- litegpu CPU: ``CompiledModel`` with ``HardwareAccelerator.CPU``;
+- litegpu GPU fp32 and fp16: only where JAX sees a GPU (skipped otherwise).
+
+Every timed run writes the inputs and reads every output back to host memory.
+The number of timed runs adapts to the model: as many as fit in ``--seconds``
+per variant, at least ``--min-runs`` and at most ``--max-runs``.
+Results go to bench/zoo.json; ratios are official / litegpu (above 1: litegpu is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ZOO_DIR = HERE / ".zoo"
+SHARED_MODELS = HERE.parents[1] / "shared" / "models"
+TF_PYTHON = Path("/work/tfenv/bin/python")
+RESULTS = HERE / "zoo.json"
+PLOT = HERE / "zoo.png"
+SEED = 1234
+MODEL_TIMEOUT_S = 1500
+
+# Latency the LiteRT GPU documentation lists for a Samsung Galaxy S24, by zoo stem.  Empty on purpose:
+# the table could not be found in the sources reachable from here (see BENCHMARKS.md); fill it from the
+# page, citing it, rather than from memory.
+S24_GPU_REFERENCE_MS: dict[str, float] = {}
+
+
+# ---- building ---------------------------------------------------------------------------------
+def build(names: list[str]) -> int:
+    if not TF_PYTHON.exists():
+        sys.exit(f"{TF_PYTHON} not found: the zoo is converted with TensorFlow's own converter in that venv")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.call([str(TF_PYTHON), str(HERE / "zoo_models.py"), str(ZOO_DIR), *names], env=env)
+
+
+def zoo_files(only: list[str] | None) -> list[Path]:
+    files = sorted(ZOO_DIR.glob("*.tflite")) + sorted(SHARED_MODELS.glob("*.tflite"))
+    return [f for f in files if not only or f.stem in only]
+
+
+# ---- measuring one model (child process) --------------------------------------------------------
+def random_inputs(details: list[dict], seed: int = SEED) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in details:
+        shape, dtype = tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"])
+        if dtype.kind == "f":
+            out.append(rng.uniform(-1, 1, shape).astype(dtype))
+        elif dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            out.append(rng.integers(max(info.min, 0), min(info.max, 100), shape).astype(dtype))
+        else:
+            out.append(np.zeros(shape, dtype))
+    return out
+
+
+def official_runner(path: Path, inputs: list[np.ndarray], threads: int) -> tuple[Callable, dict]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=str(path), num_threads=threads)
+    interp.allocate_tensors()
+    ins, outs = interp.get_input_details(), interp.get_output_details()
+
+    def run() -> list[np.ndarray]:
+        for d, x in zip(ins, inputs):
+            interp.set_tensor(d["index"], x)
+        interp.invoke()
+        return [interp.get_tensor(d["index"]) for d in outs]
+
+    # The Python API does not say which ops XNNPACK took; a DELEGATE node says it took some.
+    names = [o["op_name"] for o in interp._get_ops_details()]
+    return run, {"delegate_nodes": names.count("DELEGATE"), "ops": len(names) - names.count("DELEGATE")}
+
+
+def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, precision: str) -> tuple[Callable, dict]:
+    import litegpu
+
+    flags = litegpu.HardwareAccelerator.GPU if accelerator == "gpu" else litegpu.HardwareAccelerator.CPU
+    options = litegpu.Options(flags, gpu_options=litegpu.GpuOptions(precision=precision))
+    model = litegpu.CompiledModel.from_file(str(path), options=options)
+    # The official runner feeds the model's subgraph inputs; litegpu runs signature 0, in its order.
+    details = model.get_input_tensor_details(0)
+    by_index = {int(d["index"]): d for d in details.values()}
+    ins, outs = model.create_input_buffers(0), model.create_output_buffers(0)
+    sg_inputs = list(model.model.subgraphs[0].inputs)
+    for buf, d in zip(ins, details.values()):
+        buf.write(inputs[sg_inputs.index(int(d["index"]))])
+    out_index = [int(d["index"]) for d in model.get_output_tensor_details(0).values()]
+    sg_outputs = list(model.model.subgraphs[0].outputs)
+
+    def run() -> list[np.ndarray]:
+        model.run_by_index(0, ins, outs)
+        got = {i: o.read() for i, o in zip(out_index, outs)}
+        return [got[t] for t in sg_outputs if t in got]
+
+    plan = model.plan
+    info = {"fully_delegated": bool(model.is_fully_accelerated()), "backend": plan.target.value,
+            "ops": plan.num_ops, "refused": [str(u) for u in plan.unsupported][:5], "inputs_by_index": len(by_index)}
+    return run, info
+
+
+def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    if len(a) != len(b):
+        return float("nan")
+    return max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
+                for x, y in zip(a, b)), default=0.0)
+
+
+def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_runs: int) -> dict:
+    import jax
+
+    from litegpu.ir import read_model
+
+    record: dict[str, Any] = {"model": path.stem, "source": "zoo" if path.resolve().parent == ZOO_DIR else "shared",
+                              "file_bytes": path.stat().st_size}
+    model_ir = read_model(path)
+    details = [{"shape": t.shape, "dtype": np.dtype(_np_dtype(t.dtype)).name}
+               for t in (model_ir.subgraphs[0].tensors[i] for i in model_ir.subgraphs[0].inputs)]
+    inputs = random_inputs(details)
+    record["inputs"] = [f"{list(d['shape'])} {d['dtype']}" for d in details]
+    variants = {"official_cpu": lambda: official_runner(path, inputs, threads),
+                "litegpu_cpu": lambda: litegpu_runner(path, inputs, "cpu", "fp32")}
+    has_gpu = any(d.platform == "gpu" for d in jax.devices()) if _has_gpu_backend(jax) else False
+    if has_gpu:
+        variants["litegpu_gpu_fp32"] = lambda: litegpu_runner(path, inputs, "gpu", "fp32")
+        variants["litegpu_gpu_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16")
+    record["gpu"] = has_gpu
+    runners: dict[str, Callable] = {}
+    outputs: dict[str, list[np.ndarray]] = {}
+    for name, make in variants.items():
+        entry: dict[str, Any] = {}
+        try:
+            t = time.perf_counter()
+            run, info = make()
+            entry.update(info)
+            entry["init_ms"] = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+            outputs[name] = run()
+            entry["first_run_ms"] = (time.perf_counter() - t) * 1e3
+            runners[name] = run
+        except Exception as e:  # noqa: BLE001  (a model one runtime cannot run is reported, not hidden)
+            entry["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        record[name] = entry
+    if "official_cpu" in outputs:
+        for name, got in outputs.items():
+            if name != "official_cpu":
+                record[name]["max_abs_diff"] = max_abs_diff(got, outputs["official_cpu"])
+    # one warm-up round, which also sizes the timed part
+    warm = {}
+    for name, run in runners.items():
+        t = time.perf_counter()
+        run()
+        warm[name] = time.perf_counter() - t
+    slowest = max(warm.values(), default=1.0)
+    runs = int(min(max_runs, max(min_runs, seconds / max(slowest, 1e-6))))
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    order = list(runners)
+    for i in range(runs):
+        rotated = order[i % len(order):] + order[:i % len(order)]
+        for name in rotated:
+            t = time.perf_counter()
+            runners[name]()
+            times[name].append((time.perf_counter() - t) * 1e3)
+    for name, values in times.items():
+        record[name].update(median_ms=statistics.median(values), min_ms=min(values),
+                            p95_ms=float(np.percentile(values, 95)), runs=len(values))
+    official = record["official_cpu"].get("median_ms")
+    for name, values in times.items():
+        if name != "official_cpu" and official:
+            record[name]["ratio_official_over_litegpu"] = official / statistics.median(values)
+    reference = S24_GPU_REFERENCE_MS.get(path.stem)
+    if reference:
+        record["s24_gpu_reference_ms"] = reference
+    record["load_average_1m"] = round(os.getloadavg()[0], 2)
+    return record
+
+
+def _has_gpu_backend(jax: Any) -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def _np_dtype(name: str) -> Any:
+    from litegpu.ir import numpy_dtype
+
+    return numpy_dtype(name)
+
+
+def run_all(args: argparse.Namespace) -> None:
+    files = zoo_files(args.only)
+    if not files:
+        sys.exit(f"no models: run `python bench/zoo.py build` first (looked in {ZOO_DIR} and {SHARED_MODELS})")
+    previous = {r["model"]: r for r in json.loads(RESULTS.read_text())["models"]} if (
+        args.only and RESULTS.exists()) else {}
+    rows = []
+    started = time.perf_counter()
+    for path in files:
+        cmd = [sys.executable, __file__, "one", str(path), "--threads", str(args.threads), "--seconds",
+               str(args.seconds), "--min-runs", str(args.min_runs), "--max-runs", str(args.max_runs)]
+        t = time.perf_counter()
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=MODEL_TIMEOUT_S,
+                                  check=False)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            record = json.loads(lines[-1]) if lines else {
+                "model": path.stem, "error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"}
+        except subprocess.TimeoutExpired:
+            record = {"model": path.stem, "error": f"timed out after {MODEL_TIMEOUT_S} s"}
+        record["wall_s"] = round(time.perf_counter() - t, 1)
+        rows.append(record)
+        print(summary_line(record), flush=True)
+    merged = {**previous, **{r["model"]: r for r in rows}}
+    result = {"machine": machine(), "threads": args.threads, "wall_s": round(time.perf_counter() - started),
+              "models": sorted(merged.values(), key=lambda r: r["model"])}
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+
+
+def summary_line(r: dict) -> str:
+    parts = [r["model"]]
+    for name in ("official_cpu", "litegpu_cpu", "litegpu_gpu_fp32", "litegpu_gpu_fp16"):
+        v = r.get(name, {})
+        if "median_ms" in v:
+            parts.append(f"{name} {v['median_ms']:.2f} ms")
+        elif "error" in v:
+            parts.append(f"{name} error")
+    if "error" in r:
+        parts.append(r["error"])
+    return "  ".join(parts) + f"  ({r.get('wall_s', '?')} s)"
+
+
+def machine() -> dict:
+    info = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        import ai_edge_litert
+        import jax
+
+        info.update(jax=jax.__version__, ai_edge_litert=getattr(ai_edge_litert, "__version__", "?"),
+                    devices=[str(d) for d in jax.devices()])
+    except ImportError:
+        pass
+    return info
+
+
+# ---- reporting --------------------------------------------------------------------------------
+def _geomean(values: list[float]) -> float | None:
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def _cell(v: dict, key: str, fmt: str) -> str:
+    return format(v[key], fmt) if key in v else "-"
+
+
+def markdown(result: dict) -> str:
+    gpu = any(r.get("gpu") for r in result["models"])
+    head = ["model", "litegpu delegation", "XNNPACK partitions", "official XNNPACK ms", "litegpu CPU ms", "ratio CPU (official / litegpu)"]
+    if gpu:
+        head += ["litegpu GPU fp32 ms", "litegpu GPU fp16 ms", "ratio GPU fp32 (official CPU / litegpu)"]
+    head += ["S24 GPU ref ms", "runs", "litegpu first run ms", "max abs diff"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ratios: dict[str, list[float]] = {"litegpu_cpu": [], "litegpu_gpu_fp32": []}
+    for r in result["models"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | " + " | ".join(["-"] * (len(head) - 2)) + f" | {r['error'][:80]} |")
+            continue
+        o, c = r.get("official_cpu", {}), r.get("litegpu_cpu", {})
+        deleg = ("error: " + c["error"][:70]) if "error" in c else (
+            "full" if c.get("fully_delegated") else f"partial ({c.get('backend')})")
+        cells = [r["model"], deleg, str(o.get("delegate_nodes", "-")),
+                 _cell(o, "median_ms", ".2f") if "error" not in o else "cannot run",
+                 _cell(c, "median_ms", ".2f"), _cell(c, "ratio_official_over_litegpu", ".2f")]
+        if "ratio_official_over_litegpu" in c:
+            ratios["litegpu_cpu"].append(c["ratio_official_over_litegpu"])
+        if gpu:
+            g32, g16 = r.get("litegpu_gpu_fp32", {}), r.get("litegpu_gpu_fp16", {})
+            cells += [_cell(g32, "median_ms", ".2f"), _cell(g16, "median_ms", ".2f"),
+                      _cell(g32, "ratio_official_over_litegpu", ".1f")]
+            if "ratio_official_over_litegpu" in g32:
+                ratios["litegpu_gpu_fp32"].append(g32["ratio_official_over_litegpu"])
+        cells += [str(r.get("s24_gpu_reference_ms", "-")), str(c.get("runs", o.get("runs", "-"))),
+                  _cell(c, "first_run_ms", ".0f"), _cell(c, "max_abs_diff", ".1e")]
+        lines.append("| " + " | ".join(cells) + " |")
+    for name, values in ratios.items():
+        g = _geomean(values)
+        if g is not None:
+            lines.append(f"\nGeometric mean ratio official / {name}: **{g:.2f}** over {len(values)} models")
+    return "\n".join(lines)
+
+
+def plot(result: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["models"] if "median_ms" in r.get("litegpu_cpu", {})
+            or "median_ms" in r.get("official_cpu", {})]
+    variants = [("official_cpu", "official XNNPACK CPU"), ("litegpu_cpu", "litegpu CPU"),
+                ("litegpu_gpu_fp32", "litegpu GPU fp32"), ("litegpu_gpu_fp16", "litegpu GPU fp16")]
+    variants = [(k, label) for k, label in variants if any("median_ms" in r.get(k, {}) for r in rows)]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) * len(variants) / 2 + 2))
+    height = 0.8 / len(variants)
+    y = np.arange(len(rows))
+    for i, (key, label) in enumerate(variants):
+        values = [r.get(key, {}).get("median_ms", np.nan) for r in rows]
+        ax.barh(y + i * height, values, height=height, label=label)
+    ax.set_yticks(y + height * (len(variants) - 1) / 2, [r["model"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("median latency per run, ms (log scale; outputs read back every run)")
+    m = result["machine"]
+    ax.set_title(f"litegpu vs official runtime, {m.get('cpu', m['machine'])}, {m['cpus']} CPUs")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+    print(f"wrote {PLOT}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("names", nargs="*")
+    for name in ("run", "one"):
+        p = sub.add_parser(name)
+        if name == "one":
+            p.add_argument("file", type=Path)
+        else:
+            p.add_argument("--only", nargs="*", default=None, help="model stems")
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--seconds", type=float, default=4.0, help="timed seconds per variant and model")
+        p.add_argument("--min-runs", type=int, default=5)
+        p.add_argument("--max-runs", type=int, default=30)
+    sub.add_parser("table")
+    sub.add_parser("plot")
+    args = parser.parse_args()
+    if args.command == "build":
+        sys.exit(build(args.names))
+    if args.command == "one":
+        print(json.dumps(measure_one(args.file, args.threads, args.seconds, args.min_runs, args.max_runs)))
+    elif args.command == "run":
+        run_all(args)
+        plot(json.loads(RESULTS.read_text()))
+    elif args.command == "table":
+        print(markdown(json.loads(RESULTS.read_text())))
+    else:
+        plot(json.loads(RESULTS.read_text()))
+
+
+if __name__ == "__main__":
+    main()

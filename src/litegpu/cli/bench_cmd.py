@@ -1,0 +1,571 @@
+"""``litegpu bench``: latency, start-up and memory of one model, measured the way a user would see them.
+
+In the spirit of LiteRT's ``benchmark_model``, with one difference that matters:
+every timed run reads all outputs back to host memory, so a GPU figure
+includes the computation and the copy, not only the dispatch.
+
+What is measured, through the public ``litegpu.CompiledModel`` API:
+
+- start-up, cold (empty compile cache) and warm (a second CompiledModel on the
+  cache the first one filled): ``from_file`` (load, verify, plan) and the first
+  run (trace + compile, or load the compiled program, then run and read back);
+- steady runs after ``--warmup`` untimed ones: median, p5, p95, min, max;
+- peak host memory (the process's high-water mark, VmHWM) and the device's,
+  where JAX reports it (``device.memory_stats()``; the CPU reports nothing);
+- delegation: where the model runs and whether it is fully delegated.
+
+``--profile`` times each op of the main subgraph as its own jitted program on
+the same device (see :class:`OpProfiler` for what that does and does not mean).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .common import console, human_bytes, titled_table
+from .run_cmd import SEED, _accelerator, random_input
+
+DEFAULT_RUNS = 50
+DEFAULT_WARMUP = 5
+PROFILE_REPEATS_MAX = 10
+TOP_OPS = 15
+PRECISION_CHOICES = ("fp32", "fp16", "fp16_fp32_accum")
+
+
+# ---- numbers ----------------------------------------------------------------------------------
+def latency_stats(times_s: Sequence[float]) -> dict[str, float]:
+    """Milliseconds: median, p5, p95 (linear interpolation, as numpy), min, max, mean."""
+    ms = np.asarray(times_s, dtype=np.float64) * 1e3
+    p5, p95 = np.percentile(ms, [5, 95])
+    return {"median": float(np.median(ms)), "p5": float(p5), "p95": float(p95), "min": float(ms.min()),
+            "max": float(ms.max()), "mean": float(ms.mean()), "count": int(ms.size)}
+
+
+def _proc_status_bytes(field: str) -> int | None:
+    """A ``VmXXX:  1234 kB`` line of /proc/self/status in bytes (Linux only)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's high-water mark so the peak covers the model, not earlier work (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def host_memory() -> dict[str, Any]:
+    peak = _proc_status_bytes("VmHWM")
+    if peak is None:  # ru_maxrss is KiB on Linux, bytes on macOS; never reset
+        scale = 1 if sys.platform == "darwin" else 1024
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    return {"peak_rss_bytes": int(peak), "rss_bytes": _proc_status_bytes("VmRSS")}
+
+
+def device_memory(model: Any) -> dict[str, Any] | None:
+    """JAX's allocator statistics of the device the model runs on; None where it has none (CPU)."""
+    if model.plan.target.value == "reference":
+        return None
+    try:
+        stats = model.environment.device(model.accelerator.lower()).memory_stats()
+    except Exception:  # noqa: BLE001  (a backend without allocator statistics reports nothing)
+        return None
+    if not stats:
+        return None
+    keep = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "largest_alloc_size")
+    return {k: int(stats[k]) for k in keep if k in stats}
+
+
+# ---- progress ---------------------------------------------------------------------------------
+class _Progress:
+    """A rich progress bar on stderr (stdout stays parseable); silent when stderr is not a terminal."""
+
+    def __init__(self, enabled: bool):
+        self._progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+
+    @contextmanager
+    def phase(self, description: str, total: int) -> Iterator[Callable[[], None]]:
+        if self._progress is None:
+            yield lambda: None
+            return
+        with self._progress:
+            task = self._progress.add_task(description, total=total)
+            yield lambda: self._progress.advance(task)
+
+
+# ---- the model --------------------------------------------------------------------------------
+def _options(accelerator: str, precision: str, threads: int, cache_dir: str) -> Any:
+    import litegpu
+
+    return litegpu.Options(_accelerator(accelerator), cpu_options=litegpu.CpuOptions(num_threads=threads),
+                           gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir)
+
+
+def _signature_key(model: Any, path: Path, signature: str | None) -> str:
+    signatures = model.get_signature_list()
+    key = signature if signature is not None else next(iter(signatures))
+    if key not in signatures:
+        raise InvalidArgumentError(f"{path}: no signature {key!r} (has: {', '.join(map(repr, signatures))})")
+    return key
+
+
+def random_inputs(model: Any, key: str, seed: int = SEED) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: random_input(list(d["shape"]), str(d["dtype"]), rng)
+            for name, d in model.get_input_tensor_details(key).items()}
+
+
+class _Session:
+    """One CompiledModel with its buffers filled, ready to run and read back."""
+
+    def __init__(self, path: Path, options: Any, signature: str | None, arrays: dict[str, np.ndarray] | None):
+        from litegpu import CompiledModel
+
+        t = time.perf_counter()
+        self.model = CompiledModel.from_file(str(path), options=options)
+        self.load_s = time.perf_counter() - t
+        self.key = _signature_key(self.model, path, signature)
+        self.index = self.model.get_signature_index(self.key)
+        self.arrays = arrays if arrays is not None else random_inputs(self.model, self.key)
+        self.inputs = self.model.create_input_buffers(self.index)
+        self.outputs = self.model.create_output_buffers(self.index)
+        for buf, array in zip(self.inputs, self.arrays.values()):
+            buf.write(array)
+
+    def run(self) -> list[np.ndarray]:
+        self.model.run_by_index(self.index, self.inputs, self.outputs)
+        return [o.read() for o in self.outputs]  # the host copy is part of what a user waits for
+
+    def timed_first_run(self) -> float:
+        t = time.perf_counter()
+        self.run()
+        return time.perf_counter() - t
+
+
+def _start(path: Path, options: Any, signature: str | None, arrays: dict | None) -> tuple[_Session, dict]:
+    session = _Session(path, options, signature, arrays)
+    first = session.timed_first_run()
+    return session, {"load_ms": session.load_s * 1e3, "first_run_ms": first * 1e3,
+                     "total_ms": (session.load_s + first) * 1e3}
+
+
+def delegation(model: Any) -> dict[str, Any]:
+    plan = model.plan
+    return {"accelerator": model.accelerator, "backend": plan.target.value,
+            "fully_delegated": bool(model.is_fully_accelerated()), "ops": plan.num_ops,
+            "ops_on_gpu": plan.ops_on("GPU"), "ops_on_cpu": plan.ops_on("CPU"),
+            "refused": [str(u) for u in plan.unsupported], "notes": list(plan.notes)}
+
+
+def _warm_up_runtime() -> None:
+    """Imports and op registration happen before the clock starts: they are the process's, not the model's."""
+    from ..backends.xla import jax_module
+    from ..format import load_schema
+    from ..ops import _catalog  # noqa: F401  (imports every op module)
+
+    jax_module()
+    load_schema()
+
+
+def _versions() -> dict[str, str]:
+    from ..runtime.compiled_model import litegpu_version
+
+    found = {"litegpu": litegpu_version(), "python": platform.python_version()}
+    try:
+        import jax
+        import jaxlib
+
+        found.update(jax=jax.__version__, jaxlib=getattr(jaxlib, "__version__", "unknown"))
+    except ImportError:
+        pass
+    return found
+
+
+def _machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"machine": platform.machine(), "cpus": os.cpu_count(), "system": platform.system(),
+            "load_average_1m": round(load[0], 2) if load else None}
+
+
+def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", signature: str | None = None,
+              runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP, threads: int = 0,
+              cache_dir: str | None = None, profile: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Every number ``litegpu bench`` reports, as a JSON-ready dict (times in ms, memory in bytes)."""
+    if runs < 1 or warmup < 0 or threads < 0:
+        raise InvalidArgumentError(f"--runs must be >= 1, --warmup and --threads >= 0 "
+                                   f"(got {runs}, {warmup}, {threads})")
+    if precision not in PRECISION_CHOICES:
+        raise InvalidArgumentError(f"--precision {precision!r}: expected one of {', '.join(PRECISION_CHOICES)}")
+    bar = _Progress(progress)
+    _warm_up_runtime()
+    own_cache = cache_dir is None
+    directory = tempfile.mkdtemp(prefix="litegpu-bench-") if own_cache else str(cache_dir)
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        cache_was_empty = not any(Path(directory).iterdir())
+        options = _options(accelerator, precision, threads, directory)
+        peak_reset = reset_peak_rss()
+        baseline = host_memory()["rss_bytes"]
+        with bar.phase("cold start (load, trace, compile, first run)", 1) as step:
+            cold_session, cold = _start(path, options, signature, None)
+            step()
+        arrays = cold_session.arrays
+        cold_session.model.close()
+        with bar.phase("warm start (load, compiled program from the cache, first run)", 1) as step:
+            session, warm = _start(path, options, signature, arrays)
+            step()
+        with bar.phase("warm-up runs", warmup) as step:
+            for _ in range(warmup):
+                session.run()
+                step()
+        times = []
+        with bar.phase("timed runs", runs) as step:
+            for _ in range(runs):
+                t = time.perf_counter()
+                session.run()
+                times.append(time.perf_counter() - t)
+                step()
+        result: dict[str, Any] = {
+            "model": str(path), "signature": session.key, "accelerator_requested": accelerator,
+            "precision": precision, "threads": threads,
+            "inputs": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.name} for n, a in arrays.items()],
+            "input_seed": SEED,
+            "init": {"cold": cold, "warm": warm, "cache_dir": None if own_cache else directory,
+                     "cache_was_empty": cache_was_empty},
+            "first_run_ms": cold["first_run_ms"],
+            "latency_ms": latency_stats(times), "warmup": warmup,
+            "memory": {**host_memory(), "baseline_rss_bytes": baseline, "peak_reset": peak_reset,
+                       "device": device_memory(session.model)},
+            "delegation": delegation(session.model),
+            "versions": _versions(), "host": _machine(),
+        }
+        if profile:
+            result["profile"] = profile_ops(session, repeats=max(3, min(runs, PROFILE_REPEATS_MAX)),
+                                            progress=bar, whole_model_ms=result["latency_ms"]["median"])
+        session.model.close()
+        return result
+    finally:
+        if own_cache:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+# ---- per-op profile ---------------------------------------------------------------------------
+def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _make_profiler_class() -> type:
+    """Built on first use: the XLA backend's runner imports nothing heavy, but keep ``inspect`` lean."""
+    from ..backends.graph import STATEFUL_OPS
+    from ..backends.xla import _PolicyRunner
+
+    class OpProfiler(_PolicyRunner):
+        """Times each op of a subgraph as its own ``jax.jit`` program, on the model's device.
+
+        What this measures: one op's kernel with its real input values and
+        shapes, dispatched alone, its outputs waited for (not copied to the
+        host).  What it does not: the whole program fuses neighbouring ops
+        (elementwise work after a convolution is often free there), and every
+        op timed alone pays one dispatch, so the per-op sum is an upper bound
+        of sorts, not a decomposition of the model's latency.  Ops whose
+        inputs are all constants are folded while tracing and cost nothing at
+        run time; stateful ops (variables) run eagerly and are not timed.
+        """
+
+        def __init__(self, *args: Any, main_subgraph: int, repeats: int, jax: Any, on_op: Callable[[], None],
+                     **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.main_subgraph, self.repeats, self.jax, self.on_op = main_subgraph, repeats, jax, on_op
+            self.records: list[dict[str, Any]] = []
+            self._inside_op = False
+
+        def _run_op(self, sg: Any, op_index: int, values: dict) -> None:
+            if self._inside_op or sg.index != self.main_subgraph:  # bodies of control flow / CALL_ONCE
+                return super()._run_op(sg, op_index, values)
+            op = sg.operators[op_index]
+            self._checked_impl(sg, op_index)
+            inputs = [t for t in dict.fromkeys(op.inputs) if t >= 0]
+            args = {t: self._value(sg, values, t) for t in inputs}
+            dynamic = [t for t, a in args.items() if not isinstance(a, np.ndarray)]
+            kind = ("folded" if not dynamic else "stateful" if op.opcode_name in STATEFUL_OPS else "timed")
+            record = {"index": op.index, "op": op.opcode_name, "kind": kind, "ms": 0.0,
+                      "output_shapes": [list(sg.tensors[t].shape) for t in op.outputs if t >= 0]}
+            if kind != "timed":
+                super()._run_op(sg, op_index, values)
+            else:
+                program = self.jax.jit(self._one_op(sg, op_index, values, dynamic))
+                dyn_values = [args[t] for t in dynamic]
+                produced = self.jax.block_until_ready(program(*dyn_values))  # compile, and the values
+                record["ms"] = 1e3 * _median_seconds(
+                    lambda: self.jax.block_until_ready(program(*dyn_values)), self.repeats)
+                for t, v in zip([t for t in op.outputs if t >= 0], produced):
+                    if v is not None:
+                        values[t] = v
+            self.records.append(record)
+            self.on_op()
+
+        def _one_op(self, sg: Any, op_index: int, values: dict, dynamic: list[int]) -> Callable:
+            def kernel(*dyn: Any) -> list[Any]:
+                local = dict(values)
+                local.update(zip(dynamic, dyn))
+                self._inside_op = True  # a control-flow op's bodies run inside this trace, untimed
+                try:
+                    _PolicyRunner._run_op(self, sg, op_index, local)
+                finally:
+                    self._inside_op = False
+                op = sg.operators[op_index]
+                return [local.get(t) for t in op.outputs if t >= 0]
+
+            return kernel
+
+    return OpProfiler
+
+
+def _signature_info(session: _Session) -> Any:
+    from ..runtime.model import signatures_of
+
+    return next(s for s in signatures_of(session.model.model) if s.index == session.index)
+
+
+def _dispatch_overhead_ms(jax: Any, device: Any, repeats: int = 50) -> float:
+    """What one jitted call on a tiny array costs here: the floor under every per-op time."""
+    x = jax.device_put(np.zeros((1,), np.float32), device)
+    f = jax.jit(lambda v: v + 1)
+    jax.block_until_ready(f(x))
+    return 1e3 * _median_seconds(lambda: jax.block_until_ready(f(x)), repeats)
+
+
+def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_model_ms: float) -> dict[str, Any]:
+    model = session.model
+    if model.plan.target.value == "reference":
+        return _profile_reference(session, repeats, progress)
+    from ..backends.xla import XlaBackend, XlaState, jax_module
+    from ..ops import Target
+
+    jax = jax_module()
+    ir = model.model
+    sig = _signature_info(session)
+    sg = ir.subgraphs[sig.subgraph]
+    platform_name = model.accelerator.lower()
+    device = model.environment.device(platform_name)
+    precision = model.options.precision
+    storage = XlaBackend.storage_dtype(precision)
+    compute = {"fp32": np.float32, "fp16": np.float16, "fp16_fp32_accum": np.float32}[precision]
+    state = XlaState(ir, device, storage)
+
+    def constant(sg_index: int, t: Any) -> Any:
+        value = state.params.get(f"{sg_index}:{t.index}")
+        if value is not None:
+            return value
+        return t.data.astype(storage) if t.dtype == "float32" and storage != np.float32 else t.data
+
+    by_tensor = {t: a for (_, t), a in zip(sig.inputs, session.arrays.values())}
+    inputs = []
+    for t in sg.inputs:
+        x = by_tensor[t]
+        if sg.tensors[t].dtype == "float32" and storage != np.float32:
+            x = x.astype(storage)
+        inputs.append(jax.device_put(x, device))
+    target = Target.XLA_GPU if platform_name == "gpu" else Target.XLA_CPU
+    num_ops = len(sg.operators)
+    with progress.phase(f"profiling {num_ops} ops", num_ops) as step:
+        profiler = _make_profiler_class()(ir, target, constant=constant, storage=np.dtype(storage),
+                                          compute=np.dtype(compute), main_subgraph=sg.index, repeats=repeats, jax=jax, on_op=step)
+        profiler.run_subgraph(sg.index, inputs)
+    return _profile_summary(profiler.records, "xla-per-op", repeats, whole_model_ms,
+                            _dispatch_overhead_ms(jax, device))
+
+
+def _profile_reference(session: _Session, repeats: int, progress: _Progress) -> dict[str, Any]:
+    """The model runs op by op in numpy anyway: time each kernel where it runs."""
+    from ..backends.graph import GraphRunner
+    from ..ops import Target
+
+    model = session.model
+    sig = _signature_info(session)
+    sg = model.model.subgraphs[sig.subgraph]
+    records: list[dict[str, Any]] = []
+
+    class Timed(GraphRunner):
+        def _run_op(self, sgr: Any, op_index: int, values: dict) -> None:
+            op = sgr.operators[op_index]
+            t = time.perf_counter()
+            super()._run_op(sgr, op_index, values)
+            if sgr.index == sg.index:
+                records.append({"index": op.index, "op": op.opcode_name, "kind": "timed",
+                                "ms": (time.perf_counter() - t) * 1e3,
+                                "output_shapes": [list(sgr.tensors[o].shape) for o in op.outputs if o >= 0]})
+                step()
+
+    by_tensor = {t: a for (_, t), a in zip(sig.inputs, session.arrays.values())}
+    with progress.phase(f"profiling {len(sg.operators)} ops", len(sg.operators)) as step:
+        Timed(model.model, Target.REFERENCE).run_subgraph(sg.index, [by_tensor[t] for t in sg.inputs])
+    return _profile_summary(records, "reference-op-by-op", 1, None, None)
+
+
+def _profile_summary(records: list[dict], method: str, repeats: int, whole_model_ms: float | None,
+                     dispatch_ms: float | None) -> dict[str, Any]:
+    timed = [r for r in records if r["kind"] == "timed"]
+    total = sum(r["ms"] for r in timed)
+    by_op: dict[str, dict[str, Any]] = {}
+    for r in timed:
+        entry = by_op.setdefault(r["op"], {"op": r["op"], "count": 0, "ms": 0.0})
+        entry["count"] += 1
+        entry["ms"] += r["ms"]
+    for entry in by_op.values():
+        entry["share"] = entry["ms"] / total if total else 0.0
+    return {"method": method, "repeats": repeats, "sum_ms": total, "whole_model_median_ms": whole_model_ms,
+            "dispatch_overhead_ms": dispatch_ms,
+            "ops_timed": len(timed), "ops_folded": sum(r["kind"] == "folded" for r in records),
+            "ops_stateful": sum(r["kind"] == "stateful" for r in records),
+            "by_op": sorted(by_op.values(), key=lambda e: -e["ms"]),
+            "ops": sorted(records, key=lambda r: -r["ms"])}
+
+
+# ---- output -----------------------------------------------------------------------------------
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms"
+
+
+def render(result: dict[str, Any]) -> None:
+    out = console()
+    d, lat, init = result["delegation"], result["latency_ms"], result["init"]
+    shapes = ", ".join(f"{i['name']} {i['shape']} {i['dtype']}" for i in result["inputs"])
+    table = titled_table(f"{Path(result['model']).name}  signature {result['signature']!r}  "
+                         f"{d['accelerator']} {result['precision']}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_column("notes")
+    delegated = "fully delegated" if d["fully_delegated"] else "NOT fully delegated"
+    table.add_row("delegation", delegated,
+                  f"{d['backend']}: {d['ops_on_gpu']} ops on GPU, {d['ops_on_cpu']} on CPU of {d['ops']}")
+    for refused in d["refused"][:5]:
+        table.add_row("", "", f"refused: {refused}")
+    table.add_row("start-up, cold", _ms(init["cold"]["total_ms"]),
+                  f"load {_ms(init['cold']['load_ms'])} + first run {_ms(init['cold']['first_run_ms'])} "
+                  "(trace, compile, run, read back)")
+    table.add_row("start-up, warm", _ms(init["warm"]["total_ms"]),
+                  f"load {_ms(init['warm']['load_ms'])} + first run {_ms(init['warm']['first_run_ms'])} "
+                  "(compiled program from the compile cache)")
+    table.add_row("steady median", _ms(lat["median"]), f"{lat['count']} runs after {result['warmup']} warm-up; "
+                  "outputs read back to host every run")
+    table.add_row("p5 / p95", f"{_ms(lat['p5'])} / {_ms(lat['p95'])}", "")
+    table.add_row("min / max", f"{_ms(lat['min'])} / {_ms(lat['max'])}", "")
+    mem = result["memory"]
+    table.add_row("peak host RSS", human_bytes(mem["peak_rss_bytes"]),
+                  f"process high-water mark{' since before load' if mem['peak_reset'] else ''}; "
+                  f"RSS before load {human_bytes(mem['baseline_rss_bytes'] or 0)}")
+    device = mem["device"]
+    table.add_row("device memory", human_bytes(device["peak_bytes_in_use"]) if device and
+                  "peak_bytes_in_use" in device else "-",
+                  "peak in use (JAX allocator)" if device else "not reported by this device")
+    table.add_row("inputs", "", f"{shapes} (random, seed {result['input_seed']})")
+    host = result["host"]
+    table.add_row("host", "", f"{host['machine']}, {host['cpus']} CPUs, load {host['load_average_1m']}; "
+                  + ", ".join(f"{k} {v}" for k, v in result["versions"].items()))
+    out.print(table)
+    if "profile" in result:
+        _render_profile(out, result["profile"])
+
+
+def _render_profile(out: Any, p: dict[str, Any]) -> None:
+    if p["method"] == "xla-per-op":
+        out.print(f"Per-op profile: each op compiled and run alone as its own XLA program on the device, "
+                  f"median of {p['repeats']}. The whole model fuses ops and pays one dispatch, so these times "
+                  f"do not add up to its latency: per-op sum {_ms(p['sum_ms'])} vs whole model "
+                  f"{_ms(p['whole_model_median_ms'])}; one empty dispatch costs {_ms(p['dispatch_overhead_ms'])} "
+                  f"here. {p['ops_folded']} ops fold into constants at trace time (no run-time cost), "
+                  f"{p['ops_stateful']} stateful ops are not timed.")
+    else:
+        out.print("Per-op profile: the model runs op by op on the numpy reference backend; these are its "
+                  f"kernels' times in one run (sum {_ms(p['sum_ms'])}).")
+    by_op = titled_table("time by op type")
+    for name, justify in (("op", "left"), ("count", "right"), ("total", "right"), ("share", "right")):
+        by_op.add_column(name, justify=justify)
+    for e in p["by_op"][:TOP_OPS]:
+        by_op.add_row(e["op"], str(e["count"]), _ms(e["ms"]), f"{100 * e['share']:.1f}%")
+    out.print(by_op)
+    top = titled_table(f"slowest {min(TOP_OPS, len(p['ops']))} ops")
+    for name, justify in (("#", "right"), ("op", "left"), ("output shape", "left"), ("time", "right")):
+        top.add_column(name, justify=justify)
+    for r in p["ops"][:TOP_OPS]:
+        top.add_row(str(r["index"]), r["op"], " ".join(map(str, r["output_shapes"])), _ms(r["ms"]))
+    out.print(top)
+
+
+def run(args: Any) -> int:
+    import json
+
+    if not args.file.is_file():
+        raise InvalidArgumentError(f"{args.file}: no such file")
+    result = benchmark(args.file, accelerator=args.accelerator, precision=args.precision, signature=args.signature,
+                       runs=args.runs, warmup=args.warmup, threads=args.threads, cache_dir=args.cache_dir,
+                       profile=args.profile, progress=sys.stderr.isatty())
+    if args.json is not None:
+        text = json.dumps(result, indent=1, allow_nan=False, default=str)
+        if str(args.json) == "-":
+            print(text)
+            return 0
+        args.json.write_text(text + "\n")
+    render(result)
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("bench", help="measure start-up, latency (outputs read back), memory and delegation")
+    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
+    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help="where to run (default cpu)")
+    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+                   help="float precision on the device (default fp32)")
+    p.add_argument("--signature", metavar="KEY", help="signature to run (default: the first)")
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
+                   help=f"timed runs (default {DEFAULT_RUNS})")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
+                   help=f"untimed runs before them (default {DEFAULT_WARMUP})")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CpuOptions.num_threads (XLA CPU sizes its own thread pool; default 0)")
+    p.add_argument("--json", type=Path, metavar="OUT", help="write every number to OUT as JSON ('-': stdout only)")
+    p.add_argument("--profile", action="store_true", help="also time each op (see the note printed with it)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="compile cache directory to use and keep (default: a temporary one, removed after)")
+    p.set_defaults(handler=run)
