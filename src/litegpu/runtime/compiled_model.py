@@ -29,7 +29,7 @@ from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentE
                       TensorBufferError)
 from ..ir import numpy_dtype
 from ..ops import Target
-from .environment import Environment, enable_compile_cache
+from .environment import Environment
 from .event import Event
 from .model import Model, SignatureInfo, read, signatures_of
 from .options import HardwareAccelerator, Options, resolve_options
@@ -158,7 +158,8 @@ class CompiledModel:
             wanted = CPU
             reasons.append("JAX sees no GPU on this machine")
         # One warning for a fallback: what the CPU plan has to say joins it.
-        chosen = plan(self._ir, wanted, warn=not reasons)
+        # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
+        chosen = plan(self._xla_ir, wanted, warn=not reasons)
         if reasons:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
@@ -373,13 +374,14 @@ class CompiledModel:
             return backend
 
     def _open_compile_cache(self) -> tuple[Any, dict]:
-        """Our executable cache (and JAX's persistent cache beside it) when a serialization dir is set."""
+        """Our executable cache when a serialization dir is set.  JAX's persistent cache is not turned on
+        here: its directory is process-wide, so it would outlive this model and catch every later model's
+        programs (``EnvironmentOptions.compile_cache_dir`` turns it on deliberately)."""
         directory = self._options.cache_dir
         if not directory:
             return None, {}
         from ..compile.cache import CompileCache, fingerprint
 
-        enable_compile_cache(os.path.join(directory, "xla"))
         token = self._options.cache_token or _model_fingerprint(self._ir, fingerprint)
         key = {"model_token": token, "litegpu": litegpu_version()}
         if self._platform == "gpu":  # the float view and the integer kernels are different programs
@@ -410,14 +412,21 @@ class CompiledModel:
         """What XLA compiles: on the GPU a quantized model runs as its float view (GpuOptions.quantized_execution)."""
         from ..compile.float_view import model_for_platform
 
-        return model_for_platform(self._ir, self._platform, self._options.gpu_options.quantized_execution)
+        return model_for_platform(self._xla_ir, self._platform, self._options.gpu_options.quantized_execution)
+
+    @functools.cached_property
+    def _xla_ir(self) -> ir.Model:
+        """The model as the XLA backends and the plan see it (the reference backend runs ``_ir`` as it is)."""
+        from ..compile.rewrites import rewrite_for_xla
+
+        return rewrite_for_xla(self._ir)
 
     def _partitioned(self) -> Any:
         """The per-device backends of a plan split between GPU and CPU (kept in ``_state``)."""
         if self._state is None:
             from .partitioned import PartitionedModel
 
-            self._state = PartitionedModel(self._ir, self._plan, precision=self._options.precision,
+            self._state = PartitionedModel(self._xla_ir, self._plan, precision=self._options.precision,
                                            device=self._environment.device, cache=self._cache,
                                            cache_key=self._cache_key)
         return self._state
