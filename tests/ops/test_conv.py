@@ -41,6 +41,28 @@ def test_conv2d_1x1_runs_as_matmul():
     check_op_model(b.build(), [random_input((1, 6, 6, 8))])
 
 
+@pytest.mark.parametrize("multiplier,stride,padding", [(1, 1, "SAME"), (2, 2, "SAME"), (1, 2, "VALID")])
+def test_grouped_conv2d_with_one_channel_per_group_matches_official(multiplier, stride, padding):
+    """ConvNeXt's depthwise layers reach TFLite as grouped CONV_2D ([C*m, KH, KW, 1] filters);
+    on XLA CPU they take the depthwise lowering (conv_lowering "depthwise")."""
+    from litegpu.ops import Target
+    from litegpu.ops.conv import conv_lowering
+
+    rng = np.random.default_rng(3)
+    c, cout = 4, 4 * multiplier
+    b = ModelBuilder()
+    x = b.input("x", (1, 9, 9, c))
+    k = b.constant("w", rng.standard_normal((cout, 5, 5, 1)).astype(np.float32))
+    bias = b.constant("bias", rng.standard_normal(cout).astype(np.float32))
+    o = conv_output_size(9, 5, stride, 1, padding)
+    y = b.tensor("y", (1, o, o, cout))
+    b.op("CONV_2D", [x, k, bias], [y], padding=padding, stride_h=stride, stride_w=stride,
+         fused_activation_function="RELU")
+    b.output(y)
+    assert conv_lowering((1, 9, 9, c), (cout, 5, 5, 1), (stride, stride), (1, 1), (o, o), Target.XLA_CPU) == "depthwise"
+    check_op_model(b.build(), [random_input((1, 9, 9, c))], rtol=1e-5, atol=1e-5)
+
+
 # --- DEPTHWISE_CONV_2D -----------------------------------------------------------
 
 def run_forced_target(model, inputs, target):

@@ -82,6 +82,8 @@ class Conv2D(Op):
         lowering = conv_lowering(x.shape, w.shape, strides, dilations, out_hw, ctx.target)
         if lowering == "matmul":
             y = jnp.einsum("nhwc,oc->nhwo", x, w[:, 0, 0, :], precision=lax.Precision.HIGHEST)
+        elif lowering == "depthwise":  # groups == channels: DEPTHWISE_CONV_2D's taps ([1, KH, KW, Cout] weights)
+            y = _depthwise_by_taps(jnp, ctx, x, jnp.transpose(w, (3, 1, 2, 0)))
         elif lowering == "im2col":
             xp_ = jnp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
             taps = [_strided_tap(xp_, (i * dilations[0], j * dilations[1]), out_hw, strides)
@@ -101,7 +103,8 @@ class Conv2D(Op):
 def conv_lowering(x_shape: tuple, w_shape: tuple, strides: tuple, dilations: tuple, out_hw: tuple,
                   target: Target = Target.XLA_CPU) -> str:
     """How float CONV_2D is lowered: "matmul" (1x1), "im2col" (taps concatenated along channels,
-    then one GEMM) or "conv" (``lax.conv_general_dilated``).
+    then one GEMM), "depthwise" (one group per input channel: DEPTHWISE_CONV_2D's multiply-add over
+    the taps, see bench/bench_depthwise.py) or "conv" (``lax.conv_general_dilated``).
 
     Measured with bench/bench_conv.py (XLA CPU, process CPU time, ms):
     conv / im2col — 128x128x3->24 5x5 s2: 3.05 / 1.30; 224x224x3->32 3x3 s2: 1.49 / 1.26;
@@ -113,8 +116,10 @@ def conv_lowering(x_shape: tuple, w_shape: tuple, strides: tuple, dilations: tup
     grouped = cin_g != x_shape[-1]
     if kh == kw == 1 and tuple(strides) == (1, 1) and not grouped:
         return "matmul"
-    if target is Target.XLA_GPU or grouped:
+    if target is Target.XLA_GPU:
         return "conv"
+    if grouped:  # ConvNeXt's 7x7 depthwise layers come out of the converter as grouped CONV_2D
+        return "depthwise" if cin_g == 1 else "conv"
     pixels = out_hw[0] * out_hw[1]
     if cin_g <= 4 or pixels <= 64 or (pixels <= 196 and cin_g >= 256):
         return "im2col"
