@@ -125,3 +125,14 @@ def assert_reference_rejects(built, match: str) -> None:
     model, feeds = built
     with pytest.raises(LiteGpuError, match=match):
         ReferenceBackend(model).run(feeds)
+
+
+def const(value, dtype=np.int32):
+    """A constant input of ``one_op_model``."""
+    return ("const", np.asarray(value, dtype))
+
+
+def full_range(shape, dtype, seed=0):
+    """Random integers covering the whole range of ``dtype`` (both ends included)."""
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)

@@ -4,7 +4,7 @@ import pytest
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import ModelExecutionError
 from litegpu.ir.builder import ModelBuilder
-from oracle import check_op_model, random_input
+from oracle import check_op_model, full_range, random_input
 
 COMPARISONS = ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"]
 SHAPE_PAIRS = [((), ()), ((), (2, 3)), ((1,), (5,)), ((2, 1, 3), (4, 1)), ((4, 1, 1, 3), (1, 2, 5, 1)),
@@ -68,12 +68,6 @@ def test_logical_not_matches_official(shape):
 
 
 BITWISE_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32"]
-
-
-def full_range(shape, dtype, seed):
-    info = np.iinfo(dtype)
-    rng = np.random.default_rng(seed)
-    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", BITWISE_TYPES)

@@ -7,7 +7,7 @@ half_pixel_centers takes a 16.16 fixed-point scale.  The rest copy values."""
 
 import numpy as np
 import pytest
-from oracle import assert_reference_rejects, check_built, one_op_model
+from oracle import assert_reference_rejects, check_built, full_range, one_op_model
 
 from litegpu.ir.builder import quantization
 
@@ -20,11 +20,6 @@ RESIZE_SIZES = [
     ((1, 4), (3, 4)),      # a single input row
     ((7, 6), (19, 23)),    # odd ratios: positions land near halves
 ]
-
-
-def full_range(shape, dtype, seed=0):
-    info = np.iinfo(dtype)
-    return np.random.default_rng(seed).integers(info.min, info.max + 1, size=shape).astype(dtype)
 
 
 def quant(dtype, scale=0.05):

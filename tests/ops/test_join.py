@@ -2,13 +2,9 @@ import numpy as np
 import pytest
 
 from litegpu.ir.builder import quantization
-from oracle import assert_reference_rejects, check_built, one_op_model, random_input
+from oracle import assert_reference_rejects, check_built, const, one_op_model, random_input
 
 DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
-
-
-def const(value, dtype=np.int32):
-    return ("const", np.asarray(value, dtype))
 
 
 def one_op(op, inputs, outputs, in_quant=None, **options):

@@ -4,18 +4,9 @@ refuse (or ignore) a differing quantization exactly as the official Prepare does
 
 import numpy as np
 import pytest
-from oracle import assert_reference_rejects, check_built, one_op_model, random_input
+from oracle import assert_reference_rejects, check_built, const, full_range, one_op_model, random_input
 
 from litegpu.ir.builder import quantization
-
-
-def const(value, dtype=np.int32):
-    return ("const", np.asarray(value, dtype))
-
-
-def full_range(shape, dtype, seed=0):
-    info = np.iinfo(dtype)
-    return np.random.default_rng(seed).integers(info.min, info.max + 1, size=shape).astype(dtype)
 
 
 # (input scale, input zero point) pairs against an output of scale 0.1, zero point 128:

@@ -4,14 +4,9 @@ requantization and an asymmetric int16."""
 
 import numpy as np
 import pytest
-from oracle import assert_reference_rejects, check_built, one_op_model
+from oracle import assert_reference_rejects, check_built, full_range, one_op_model
 
 from litegpu.ir.builder import quantization
-
-
-def full_range(shape, dtype, seed=0):
-    info = np.iinfo(dtype)
-    return np.random.default_rng(seed).integers(info.min, info.max + 1, size=shape).astype(dtype)
 
 
 PADS = ("const", np.asarray([[0, 0], [2, 1], [1, 0]], np.int32))

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from oracle import check_op_model, random_input
+from oracle import check_op_model, full_range as full_range_input, random_input
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
@@ -77,11 +77,6 @@ def quantized_pool_built(name, x, window, stride, padding, q, activation="NONE")
     return one_op_model(name, [x], [((n, oh, ow, c), str(x.dtype), quant)], input_quant=[quant], padding=padding,
                         filter_height=window[0], filter_width=window[1], stride_h=stride[0], stride_w=stride[1],
                         fused_activation_function=activation)
-
-
-def full_range_input(shape, dtype, seed=0):
-    info = np.iinfo(dtype)
-    return np.random.default_rng(seed).integers(info.min, info.max + 1, shape).astype(dtype)
 
 
 @pytest.mark.parametrize("name", QUANT_POOLS)

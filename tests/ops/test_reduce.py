@@ -2,11 +2,7 @@ import numpy as np
 import pytest
 
 from litegpu.ir.builder import quantization
-from oracle import assert_reference_rejects, check_built, one_op_model, random_input
-
-
-def const(value, dtype=np.int32):
-    return ("const", np.asarray(value, dtype))
+from oracle import assert_reference_rejects, check_built, const, one_op_model, random_input
 
 
 def one_op(op, inputs, outputs, in_quant=None, **options):

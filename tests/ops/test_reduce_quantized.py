@@ -4,13 +4,9 @@ results are bit-exact; plus what the official Prepare refuses."""
 
 import numpy as np
 import pytest
-from oracle import assert_reference_rejects, check_built, one_op_model
+from oracle import assert_reference_rejects, check_built, const, one_op_model
 
 from litegpu.ir.builder import quantization
-
-
-def const(value, dtype=np.int32):
-    return ("const", np.asarray(value, dtype))
 
 
 def reduced_shape(shape, axes, keep_dims):

@@ -2,13 +2,9 @@ import numpy as np
 import pytest
 
 from litegpu.ir.builder import ModelBuilder, quantization
-from oracle import assert_reference_rejects, check_built, check_op_model, one_op_model, random_input
+from oracle import assert_reference_rejects, check_built, check_op_model, const, one_op_model, random_input
 
 DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
-
-
-def const(value, dtype=np.int32):
-    return ("const", np.asarray(value, dtype))
 
 
 one_op = one_op_model

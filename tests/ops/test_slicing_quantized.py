@@ -3,22 +3,13 @@ ignore the output's quantization, even when it differs from the input's (measure
 
 import numpy as np
 import pytest
-from oracle import check_built, one_op_model
+from oracle import check_built, const, full_range, one_op_model
 
 from litegpu.ir.builder import quantization
 
 QUANT = {"int8": (quantization(0.05, -3), quantization(0.2, 9)),
          "uint8": (quantization(0.05, 130), quantization(0.2, 9)),
          "int16": (quantization(0.05, 5), quantization(0.2, 0))}
-
-
-def full_range(shape, dtype, seed=0):
-    info = np.iinfo(dtype)
-    return np.random.default_rng(seed).integers(info.min, info.max + 1, size=shape).astype(dtype)
-
-
-def const(value, dtype=np.int32):
-    return ("const", np.asarray(value, dtype))
 
 
 X = (2, 5, 6)

@@ -80,29 +80,26 @@ class GraphRunner:
         sg = self.model.subgraphs[index]
         if len(inputs) != len(sg.inputs):
             raise ModelExecutionError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
-        values: dict[int, Any] = {}
-        for t, v in zip(sg.inputs, inputs):
-            values[t] = v
-            if self._observe:
-                self._observe(sg.index, t, v)
-        for op_index in self.order(sg):
-            self._run_op(sg, op_index, values)
-        return [self._value(sg, values, t) for t in sg.outputs]
+        return self._walk(sg, self.order(sg), sg.inputs, inputs, sg.outputs)
 
     def run_ops(self, op_range: OpRange, inputs: Sequence[Any]) -> list[Any]:
         """Run part of a subgraph: ``op_range.op_indices`` in that order, starting from the values of
         ``op_range.inputs``; returns the values of ``op_range.outputs`` (a delegation partition)."""
-        sg = self.model.subgraphs[op_range.subgraph]
         if len(inputs) != len(op_range.inputs):
             raise ModelExecutionError(f"{op_range} takes {len(op_range.inputs)} boundary tensors, got {len(inputs)}")
+        sg = self.model.subgraphs[op_range.subgraph]
+        return self._walk(sg, op_range.op_indices, op_range.inputs, inputs, op_range.outputs)
+
+    def _walk(self, sg: Subgraph, op_indices: Sequence[int], given: Sequence[int], inputs: Sequence[Any],
+              wanted: Sequence[int]) -> list[Any]:
         values: dict[int, Any] = {}
-        for t, v in zip(op_range.inputs, inputs):
+        for t, v in zip(given, inputs):
             values[t] = v
             if self._observe:
                 self._observe(sg.index, t, v)
-        for op_index in op_range.op_indices:
+        for op_index in op_indices:
             self._run_op(sg, op_index, values)
-        return [self._value(sg, values, t) for t in op_range.outputs]
+        return [self._value(sg, values, t) for t in wanted]
 
     def _value(self, sg: Subgraph, values: dict[int, Any], index: int) -> Any:
         if index < 0:
