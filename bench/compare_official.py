@@ -23,22 +23,24 @@ import numpy as np
 DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
-def random_inputs(details: list[dict], seed: int = 0) -> list[np.ndarray]:
+def random_inputs(details: list[dict], seed: int = 0, int_low: int = -100) -> list[np.ndarray]:
+    """Seeded inputs: floats in [-1, 1), integers in [int_low, 100) clipped to the dtype."""
     rng = np.random.default_rng(seed)
     out = []
     for d in details:
-        shape, dtype = tuple(d["shape"]), np.dtype(d["dtype"])
+        shape, dtype = tuple(int(n) for n in d["shape"]), np.dtype(d["dtype"])
         if dtype.kind == "f":
             out.append(rng.uniform(-1, 1, shape).astype(dtype))
         elif dtype.kind in "iu":
             info = np.iinfo(dtype)
-            out.append(rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype))
+            out.append(rng.integers(max(info.min, int_low), min(info.max, 100), shape).astype(dtype))
         else:
             out.append(np.zeros(shape, dtype))
     return out
 
 
-def time_official(path: Path, inputs: list[np.ndarray], threads: int):
+def official_runner(path: Path, inputs: list[np.ndarray], threads: int):
+    """(run, interpreter): ``run()`` sets the inputs, invokes and reads every output back."""
     from ai_edge_litert.interpreter import Interpreter
 
     interp = Interpreter(model_path=str(path), num_threads=threads)
@@ -51,7 +53,7 @@ def time_official(path: Path, inputs: list[np.ndarray], threads: int):
         interp.invoke()
         return [interp.get_tensor(d["index"]) for d in outs]
 
-    return run
+    return run, interp
 
 
 def time_litegpu(path: Path, inputs: list[np.ndarray]):
@@ -76,7 +78,7 @@ def measure(path: Path, runs: int, threads: int) -> dict:
     ours = time_litegpu(path, inputs)
     first = ours()
     result["litegpu_first_ms"] = (time.perf_counter() - t0) * 1e3
-    official = time_official(path, inputs, threads)
+    official, _ = official_runner(path, inputs, threads)
     expected = official()
     result["max_abs_diff"] = max(float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
                                  for a, b in zip(first, expected))

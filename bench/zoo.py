@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import compare_official  # noqa: E402  (the official-runtime side, shared with compare_official.py)
 ZOO_DIR = HERE / ".zoo"
 SHARED_MODELS = HERE.parents[1] / "shared" / "models"
 TF_PYTHON = Path("/work/tfenv/bin/python")
@@ -66,34 +68,8 @@ def zoo_files(only: list[str] | None) -> list[Path]:
 
 
 # ---- measuring one model (child process) --------------------------------------------------------
-def random_inputs(details: list[dict], seed: int = SEED) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for d in details:
-        shape, dtype = tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"])
-        if dtype.kind == "f":
-            out.append(rng.uniform(-1, 1, shape).astype(dtype))
-        elif dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            out.append(rng.integers(max(info.min, 0), min(info.max, 100), shape).astype(dtype))
-        else:
-            out.append(np.zeros(shape, dtype))
-    return out
-
-
 def official_runner(path: Path, inputs: list[np.ndarray], threads: int) -> tuple[Callable, dict]:
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(model_path=str(path), num_threads=threads)
-    interp.allocate_tensors()
-    ins, outs = interp.get_input_details(), interp.get_output_details()
-
-    def run() -> list[np.ndarray]:
-        for d, x in zip(ins, inputs):
-            interp.set_tensor(d["index"], x)
-        interp.invoke()
-        return [interp.get_tensor(d["index"]) for d in outs]
-
+    run, interp = compare_official.official_runner(path, inputs, threads)
     # The Python API does not say which ops XNNPACK took; a DELEGATE node says it took some.
     names = [o["op_name"] for o in interp._get_ops_details()]
     return run, {"delegate_nodes": names.count("DELEGATE"), "ops": len(names) - names.count("DELEGATE")}
@@ -143,7 +119,7 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
     model_ir = read_model(path)
     details = [{"shape": t.shape, "dtype": np.dtype(_np_dtype(t.dtype)).name}
                for t in (model_ir.subgraphs[0].tensors[i] for i in model_ir.subgraphs[0].inputs)]
-    inputs = random_inputs(details)
+    inputs = compare_official.random_inputs(details, SEED, int_low=0)  # non-negative: ids and indices
     record["inputs"] = [f"{list(d['shape'])} {d['dtype']}" for d in details]
     variants = {"official_cpu": lambda: official_runner(path, inputs, threads),
                 "litegpu_cpu": lambda: litegpu_runner(path, inputs, "cpu", "fp32")}

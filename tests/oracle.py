@@ -136,3 +136,44 @@ def full_range(shape, dtype, seed=0):
     """Random integers covering the whole range of ``dtype`` (both ends included)."""
     info = np.iinfo(dtype)
     return np.random.default_rng(seed).integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+
+
+def check_consecutive_runs(model: Model, inputs_per_run, rtol: float = 1e-5, atol: float = 1e-5,
+                           atol_of_magnitude: bool = False) -> None:
+    """Official interpreter, our reference and our XLA backends over consecutive runs of one instance:
+    state (variable tensors, resource variables) carries from one run to the next.  With
+    ``atol_of_magnitude`` the absolute tolerance is ``atol`` times the expected output's magnitude
+    (at least 1), for float results of integer products."""
+    from litegpu.backends.xla import XlaBackend
+
+    data = to_bytes(model)
+    interp = litert.Interpreter(model_content=data)
+    interp.allocate_tensors()
+    expected = []
+    for inputs in inputs_per_run:
+        for d, x in zip(interp.get_input_details(), inputs):
+            interp.set_tensor(d["index"], x)
+        interp.invoke()
+        expected.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
+    ours = read_model(data)
+    for name, backend in [("reference", ReferenceBackend(ours)), ("xla", XlaBackend(ours))]:
+        for run, (inputs, want) in enumerate(zip(inputs_per_run, expected)):
+            got = backend.run(list(inputs))
+            assert len(got) == len(want)
+            for i, (g, w) in enumerate(zip(got, want)):
+                tolerance = atol * max(1.0, float(np.abs(w).max())) if atol_of_magnitude else atol
+                assert_close(np.asarray(g), w, rtol, tolerance, f"{name} run {run} output {i}")
+
+
+def load_bench_module(name: str):
+    """A script of ``bench/`` (e.g. the decoder generator) imported by path: bench is not a package."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module

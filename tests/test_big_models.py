@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import shutil
-import sys
 import warnings
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 import litegpu
 from litegpu.cli.main import main as cli_main
+from oracle import load_bench_module
 from litegpu.format import decode_model
 from litegpu.ir import read_model
 from litegpu.ir.save import write_model
@@ -24,16 +23,7 @@ litert = pytest.importorskip("ai_edge_litert.interpreter")
 BUILTIN = litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
 
 
-def _load_generator():
-    path = Path(__file__).resolve().parents[1] / "bench" / "decoder_model.py"
-    spec = importlib.util.spec_from_file_location("decoder_model", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("decoder_model", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-dm = _load_generator()
+dm = load_bench_module("decoder_model")
 
 
 def extended_offsets(path: Path) -> list[int]:

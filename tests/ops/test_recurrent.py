@@ -1,33 +1,8 @@
 import numpy as np
 import pytest
 
-from litegpu.backends import ReferenceBackend
-from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder
-from litegpu.ir.save import to_bytes
-from oracle import assert_close, check_op_model, litert
-
-
-def check_two_runs(model, inputs_per_run, rtol=1e-5, atol=1e-5):
-    """The recurrent state is a variable tensor: a second run continues from the first one's state."""
-    data = to_bytes(model)
-    interp = litert.Interpreter(model_content=data)
-    interp.allocate_tensors()
-    expected = []
-    for inputs in inputs_per_run:
-        for d, x in zip(interp.get_input_details(), inputs):
-            interp.set_tensor(d["index"], x)
-        interp.invoke()
-        expected.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
-    from litegpu.backends.xla import XlaBackend
-
-    ours = read_model(data)
-    for name, backend in [("reference", ReferenceBackend(ours)), ("xla", XlaBackend(ours))]:
-        for run, (inputs, want) in enumerate(zip(inputs_per_run, expected)):
-            got = backend.run(list(inputs))
-            assert len(got) == len(want)
-            for i, (g, w) in enumerate(zip(got, want)):
-                assert_close(np.asarray(g), w, rtol, atol, f"{name} run {run} output {i}")
+from oracle import check_consecutive_runs as check_two_runs, check_op_model
 
 
 def weights(rng, shape, scale=0.5):

@@ -4,39 +4,18 @@ Each model runs twice: the second run continues from the state the first one lef
 
 import numpy as np
 import pytest
-from oracle import assert_close, litert
+from oracle import check_consecutive_runs
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
-from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder, quantization
-from litegpu.ir.save import to_bytes
 
 WEIGHT_SCALE = 0.5 / 127
 
 
 def check_two_runs(model, inputs_per_run):
-    """Official, our reference and our XLA backends over consecutive runs; float results of integer
-    products are held to 1e-5 of the output magnitude."""
-    from litegpu.backends.xla import XlaBackend
-
-    data = to_bytes(model)
-    interp = litert.Interpreter(model_content=data)
-    interp.allocate_tensors()
-    expected = []
-    for inputs in inputs_per_run:
-        for d, x in zip(interp.get_input_details(), inputs):
-            interp.set_tensor(d["index"], x)
-        interp.invoke()
-        expected.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
-    ours = read_model(data)
-    for name, backend in [("reference", ReferenceBackend(ours)), ("xla", XlaBackend(ours))]:
-        for run, (inputs, want) in enumerate(zip(inputs_per_run, expected)):
-            got = backend.run(list(inputs))
-            for i, (g, w) in enumerate(zip(got, want)):
-                atol = 1e-5 * max(1.0, float(np.abs(w).max()))
-                assert_close(np.asarray(g), w, 1e-5, atol, f"{name} run {run} output {i}")
-    return expected
+    """Float results of integer products are held to 1e-5 of the output magnitude."""
+    check_consecutive_runs(model, inputs_per_run, 1e-5, 1e-5, atol_of_magnitude=True)
 
 
 def int8_weight(b, rng, name, shape, scale=WEIGHT_SCALE, per_channel=False):

@@ -1,10 +1,7 @@
 """litegpu.generate on the LLM-style decoder from bench/decoder_model.py, against the official interpreter
 stepped by hand (prefill, then one decode step per token, caches passed back through numpy)."""
 
-import importlib.util
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,21 +9,13 @@ import pytest
 import litegpu
 from litegpu import InvalidArgumentError, ModelExecutionError, SignatureError, UnsupportedOpError
 from litegpu.ir.save import to_bytes
+from oracle import load_bench_module
 from litegpu.runtime.tensor_buffer import TensorBuffer
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
 
-def _load_generator():
-    path = Path(__file__).resolve().parents[2] / "bench" / "decoder_model.py"
-    spec = importlib.util.spec_from_file_location("decoder_model", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("decoder_model", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-dm = _load_generator()
+dm = load_bench_module("decoder_model")
 
 # max_len 30 is not a multiple of T = 8, so a long prompt's last chunk must go through decode steps.
 CONFIG = dict(layers=2, width=64, heads=4, vocab=128, max_len=30, prefill_len=8)
