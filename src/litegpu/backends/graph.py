@@ -117,7 +117,7 @@ class GraphRunner:
         if t.is_variable:
             key = ("tensor", sg.index, index)
             if key not in self.variables:
-                self.variables[key] = np.zeros(t.shape, tensor_dtype(t))
+                self.variables[key] = _initial_variable(t)
             return self.variables[key]
         raise ModelExecutionError(f"{self.model.source}: subgraph {sg.index} tensor {index} ({t.name!r}) "
                                   "is read before anything writes it")
@@ -189,3 +189,12 @@ class GraphRunner:
             value = np.asarray(value)
             return value if value.dtype == dtype else value.astype(dtype)
         return value if value.dtype == dtype else value.astype(dtype)
+
+
+def _initial_variable(t: Tensor) -> np.ndarray:
+    """A variable tensor's value before anything writes it: ``ResetVariableTensor`` memsets it to 0,
+    except int8 ones, to their zero point (a quantized real 0: the full-integer LSTM's output state)."""
+    value = np.zeros(t.shape, tensor_dtype(t))
+    if t.dtype == "int8" and t.quantization is not None and t.quantization.zero_point:
+        value[...] = t.quantization.zero_point[0]
+    return value

@@ -71,8 +71,9 @@ class SubgraphBuilder:
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], /, *,
            custom_options: bytes | None = None, version: int = 1, options_type: str | None = None,
-           **options: Any) -> int:
-        """Add an op; ``options`` override the defaults of the op's options table."""
+           intermediates: Sequence[int] = (), **options: Any) -> int:
+        """Add an op; ``options`` override the defaults of the op's options table.  ``intermediates``:
+        the operator's intermediate tensors (the full-integer LSTM reads its gate scales from them)."""
         code = builtin_codes().get(name)
         table = options_type or (options_table_for(name) if code is not None else None)
         values: dict[str, Any] = {}
@@ -88,6 +89,7 @@ class SubgraphBuilder:
         self.operators.append(Operator(
             index=index, opcode_name=name, builtin_code=code, version=version,
             inputs=tuple(int(i) for i in inputs), outputs=tuple(int(o) for o in outputs),
+            intermediates=tuple(int(t) for t in intermediates),
             options=freeze({k: (np.asarray(v) if isinstance(v, (list, tuple)) else v) for k, v in values.items()})
             if values else Options(),
             options_type=table, custom_options=custom_options))

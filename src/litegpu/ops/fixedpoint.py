@@ -127,3 +127,99 @@ def divide_f32_exactly(xp: Any, x: Any, divisor: Any) -> Any:
     are enough for a correctly rounded single-precision division)."""
     quotient = xp.asarray(x, xp.float64) / xp.asarray(divisor, xp.float64)
     return quotient.astype(xp.float32)
+
+
+# --- gemmlowp's int16 logistic and tanh (FixedPoint<int16_t, N> -> Q0.15), any integer bits N.
+# Added for the full-integer LSTM (_lstm_integer.py: PortableApplySigmoid / PortableApplyTanh).
+# Evaluated once in numpy for all 65536 raw inputs; a kernel looks its values up. int64 arrays
+# hold the int16 raw values; _wrap16 wraps like the C++ int16 casts. ---
+
+def _wrap16(v: np.ndarray) -> np.ndarray:
+    return ((v + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _high_mul16(a: np.ndarray, b: Any) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul on int16 raw values (Qm times Qn is Q(m+n))."""
+    ab = a * b
+    high = _truncating_divide(np, ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14)), 1 << 15)
+    return np.where((a == b) & (a == -32768), 32767, high)
+
+
+def _multiply_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
+    """SaturatingRoundingMultiplyByPOT on int16: saturating left or rounding right shift."""
+    if exponent > 0:
+        limit = (1 << (15 - exponent)) - 1
+        return np.where(x > limit, 32767, np.where(x < -limit, -32768, x << exponent))
+    return rounding_divide_by_pot(np, x, -exponent) if exponent < 0 else x
+
+
+def _constant16(raw_int32: int) -> int:
+    """A GEMMLOWP_CHECKED_FIXEDPOINT_CONSTANT for int16: the int32 raw value rounding-divided by 2^16."""
+    return int(rounding_divide_by_pot(np, np.int64(raw_int32), 16))
+
+
+def _exp_on_quarter16(a: np.ndarray) -> np.ndarray:
+    """exp_on_interval_between_negative_one_quarter_and_0_excl (Q0.15 in and out)."""
+    constant_term, one_third = _constant16(1895147668), _constant16(715827883)
+    x = _wrap16(a + (1 << 12))
+    x2 = _high_mul16(x, x)
+    x3 = _high_mul16(x2, x)
+    x4 = _high_mul16(x2, x2)
+    series = _multiply_by_pot16(_wrap16(_high_mul16(_wrap16(_multiply_by_pot16(x4, -2) + x3), one_third) + x2), -1)
+    return np.clip(constant_term + _high_mul16(constant_term, _wrap16(x + series)), -32768, 32767)
+
+
+_EXP_BARREL_SHIFTER = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
+                       (3, 720401), (4, 242))
+
+
+def _exp_on_negative16(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """exp_on_negative_values of Q(integer_bits).(15 - integer_bits) raw values, as Q0.15."""
+    fractional_bits = 15 - integer_bits
+    quarter = 1 << (fractional_bits - 2)
+    shifted = _wrap16((a & (quarter - 1)) - quarter)
+    result = _exp_on_quarter16(_multiply_by_pot16(shifted, integer_bits))
+    remainder = _wrap16(shifted - a)
+    for exponent, multiplier in _EXP_BARREL_SHIFTER:
+        if integer_bits > exponent:
+            bit = remainder & (1 << (fractional_bits + exponent))
+            result = np.where(bit != 0, _high_mul16(result, _constant16(multiplier)), result)
+    if integer_bits > 5:  # below -32 the barrel shifter has no factor: gemmlowp flushes to 0
+        result = np.where(a < _constant16(-(1 << (36 - integer_bits))), 0, result)
+    return np.where(a == 0, 32767, result)
+
+
+def _newton_reciprocal16(a: np.ndarray) -> np.ndarray:
+    """The Newton-Raphson core of one_over_one_plus_x_for_x_in_0_1 and
+    one_minus_x_over_one_plus_x_for_x_in_0_1: about 2 / (1 + a), Q2.13."""
+    total = a + 32767
+    half_denominator = _truncating_divide(np, total + np.where(total >= 0, 1, -1), 2)  # RoundingHalfSum(a, One)
+    x = _wrap16(_constant16(1515870810) + _high_mul16(half_denominator, _constant16(-1010580540)))
+    for _ in range(3):
+        remainder = _wrap16((1 << 13) - _high_mul16(half_denominator, x))
+        x = _wrap16(x + _multiply_by_pot16(_high_mul16(x, remainder), 2))
+    return x
+
+
+def gemmlowp_logistic16_table(integer_bits: int) -> np.ndarray:
+    """gemmlowp::logistic of every FixedPoint<int16_t, integer_bits> raw value (index raw + 32768),
+    as int16 Q0.15."""
+    x = np.arange(-32768, 32768, dtype=np.int64)
+    positive = x > 0
+    magnitude = np.where(positive, x, _wrap16(-x))
+    # one_over_one_plus_x: ExactMulByPot<-1> of the Q2.13 reciprocal is Q1.14, then Rescale<0>
+    on_positive = _multiply_by_pot16(_newton_reciprocal16(_exp_on_negative16(_wrap16(-magnitude), integer_bits)), 1)
+    result = np.where(positive, on_positive, _wrap16(32767 - on_positive))
+    return np.where(x == 0, _constant16(1 << 30), result).astype(np.int16)
+
+
+def gemmlowp_tanh16_table(integer_bits: int) -> np.ndarray:
+    """gemmlowp::tanh of every FixedPoint<int16_t, integer_bits> raw value (index raw + 32768),
+    as int16 Q0.15."""
+    x = np.arange(-32768, 32768, dtype=np.int64)
+    negative = x < 0
+    magnitude = np.where(negative, x, _wrap16(-x))
+    # neg_tanh_on_negative_values: ExactMulByPot<1> reads the same raw values with one more integer bit
+    neg_tanh = _multiply_by_pot16(_wrap16(_newton_reciprocal16(_exp_on_negative16(magnitude, integer_bits + 1))
+                                          - (1 << 13)), 2)
+    return np.where(x == 0, 0, np.where(negative, _wrap16(-neg_tanh), neg_tanh)).astype(np.int16)

@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ModelExecutionError
-from .common import fused_activation
+from . import _lstm_integer as integer_lstm
 from ._quantized import quantize_rows as _quantize_rows
+from .common import fused_activation
 from .matmul import _integer_dot
 from .registry import Op, OpContext, register
 
@@ -242,11 +243,55 @@ def _lstm_params(ctx: OpContext, args: tuple, count: int) -> list:
     return _weights(ctx, 1, args[:17]) + args[17:]
 
 
+def _is_integer(ctx: OpContext) -> bool:
+    return ctx.input(0).dtype == "int8"
+
+
+def _integer_unsupported_reason(op: Any, subgraph: Any) -> str | None:
+    if op.inputs and op.inputs[0] >= 0 and subgraph.tensors[op.inputs[0]].dtype == "int8":
+        return integer_lstm.unsupported_reason(op, subgraph)
+    return None
+
+
+def _integer_lstm(ctx: OpContext, xs: Any, h0: Any, c0: Any) -> Any:
+    """The full-integer cell (``_lstm_integer``) over time-major int8 ``xs``; stores the final
+    states, returns the int8 outputs [time, batch, n_output]."""
+    xp = ctx.xp
+    if h0 is None or c0 is None:
+        raise ModelExecutionError(f"{ctx.op}: the output state (input 18) and cell state (input 19) are required")
+    if len(xs.shape) != 3:
+        raise ModelExecutionError(f"{ctx.op}: input must be 3-D, got shape {xs.shape}")
+    lstm = integer_lstm.integer_lstm(ctx, xs.shape[-1])
+    n_batch = xs.shape[1]
+    for name, state, width in (("output", h0, lstm.n_output), ("cell", c0, lstm.n_cell)):
+        if int(np.prod(state.shape)) != n_batch * width:
+            raise ModelExecutionError(f"{ctx.op}: the {name} state has shape {tuple(state.shape)}, expected "
+                                      f"{n_batch} x {width} elements")
+    state = (xp.reshape(h0, (n_batch, lstm.n_output)).astype(xp.int64),
+             xp.reshape(c0, (n_batch, lstm.n_cell)).astype(xp.int64))
+    # The official time-major loop (which the LSTM op always uses) runs the whole batch as one flat
+    # vector, and its peephole sees it so; the batch-major loop runs row by row.
+    flat_batch = bool(ctx.options.get("time_major", True))
+    step = integer_lstm.step_function(ctx, lstm, n_batch, flat_batch)
+    (h, c), ys = _scan(ctx, step, state, integer_lstm.input_gates(ctx, lstm, xs))
+    _store_state(ctx, 18, xp.reshape(h, h0.shape).astype(xp.int8))
+    _store_state(ctx, 19, xp.reshape(c, c0.shape).astype(xp.int16))
+    return ys.astype(xp.int8)
+
+
 @register("UNIDIRECTIONAL_SEQUENCE_LSTM")
 class UnidirectionalSequenceLstm(Op):
-    """Inputs as the schema: x, W_{i,f,c,o}, R_{i,f,c,o}, peepholes, biases, projection, h, c, layer norms."""
+    """Inputs as the schema: x, W_{i,f,c,o}, R_{i,f,c,o}, peepholes, biases, projection, h, c, layer norms.
+    An int8 input runs the full-integer kernel (``_lstm_integer``)."""
+    dtypes = ("float32", "int8")
+
+    def unsupported_reason(self, op: Any, subgraph: Any, target: Any) -> str | None:
+        return _integer_unsupported_reason(op, subgraph) or super().unsupported_reason(op, subgraph, target)
 
     def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
+        if _is_integer(ctx):
+            args = list(args) + [None] * (23 - len(args))
+            return _from_time_major(ctx, _integer_lstm(ctx, _time_major(ctx, x), args[17], args[18]))
         args = _lstm_params(ctx, args, 23)
         (h, c), ys = _scan(ctx, _lstm_step(ctx, args[:17]), (args[17], args[18]), _time_major(ctx, x))
         _store_state(ctx, 18, h)
@@ -256,18 +301,23 @@ class UnidirectionalSequenceLstm(Op):
 
 @register("LSTM")
 class Lstm(Op):
-    """One step of the LSTM cell on [batch, features] (kernel_type FULL; the BASIC 4-output form is refused)."""
+    """One step of the LSTM cell on [batch, features] (kernel_type FULL; the BASIC 4-output form is refused).
+    An int8 input runs the full-integer kernel (``_lstm_integer``)."""
+    dtypes = ("float32", "int8")
 
     def unsupported_reason(self, op: Any, subgraph: Any, target: Any) -> str | None:
         if op.options.get("kernel_type", "FULL") != "FULL":
             return f"kernel_type {op.options.get('kernel_type')} is not supported (only FULL)"
-        return super().unsupported_reason(op, subgraph, target)
+        return _integer_unsupported_reason(op, subgraph) or super().unsupported_reason(op, subgraph, target)
 
     def compute(self, ctx: OpContext, x: Any, *args: Any) -> Any:
         if len(x.shape) != 2:
             raise ModelExecutionError(f"{ctx.op}: input must be 2-D (batch, features), got shape {x.shape}")
         if ctx.options.kernel_type != "FULL":
             raise ModelExecutionError(f"{ctx.op}: kernel_type {ctx.options.kernel_type} is not supported")
+        if _is_integer(ctx):
+            args = list(args) + [None] * (23 - len(args))
+            return _integer_lstm(ctx, x[None], args[17], args[18])[0]
         args = _lstm_params(ctx, args, 23)
         (h, c), _ = _lstm_step(ctx, args[:17])((args[17], args[18]), x)
         _store_state(ctx, 18, h)
