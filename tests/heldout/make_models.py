@@ -578,6 +578,53 @@ def decoder_spec(name: str, quant: str) -> Spec:
     return Spec(name, build, decoder_calls(), quant)
 
 
+# ---- LLM-style decoder with its weights after the FlatBuffer ------------------------------------
+
+TF_DECODER = {"layers": 2, "width": 64, "heads": 4, "vocab": 256, "max_len": 32, "prefill_len": 8}
+
+
+def tf_decoder_model():
+    """``bench/tf_decoder_model.py``: the same code makes the > 2.5 GB benchmark model."""
+    bench = str(HERE.parents[1] / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import tf_decoder_model
+
+    return tf_decoder_model
+
+
+def tf_decoder_build() -> bytes:
+    """``_experimental_use_buffer_offset``: every weight after the FlatBuffer (Buffer.offset/size, offsets
+    only 4-byte aligned), the layout the converter writes for every model past 2 GB."""
+    m = tf_decoder_model()
+    with tempfile.TemporaryDirectory() as d:
+        m.save_module(m.TfDecoderConfig(**TF_DECODER), d)
+        return m.convert(d, buffer_offset=True, lean=False)
+
+
+def tf_decoder_calls(decode_steps: int = 4):
+    """Greedy generation: prefill of a seeded prompt at position 0, then decode steps each fed the official
+    builtin kernels' argmax token and caches from the step before (recorded as that step's inputs)."""
+    def calls(data: bytes):
+        interpreter = Interpreter(model_content=data, num_threads=1,
+                                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        c = TF_DECODER
+        caches = {f"kv_cache_{kind}_{i}": np.zeros((1, c["max_len"], c["width"]), np.float32)
+                  for i in range(c["layers"]) for kind in ("k", "v")}
+        prompt = np.random.default_rng(SEED).integers(1, c["vocab"], (1, c["prefill_len"])).astype(np.int32)
+        steps = [("prefill", prompt, 0)] + [("decode", None, c["prefill_len"] + k) for k in range(decode_steps)]
+        out, token = [], None
+        for key, tokens, position in steps:
+            inputs = {"tokens": tokens if tokens is not None else np.array([[token]], np.int32),
+                      "input_pos": np.array([position], np.int32), **caches}
+            out.append((key, inputs))
+            result = interpreter.get_signature_runner(key)(**inputs)
+            token = int(np.argmax(result["logits"][0, -1]))
+            caches = {n: np.array(result[n]) for n in caches}
+        return out
+    return calls
+
+
 # ---- the list -----------------------------------------------------------------------------------
 
 def specs() -> list[Spec]:
@@ -606,6 +653,8 @@ def specs() -> list[Spec]:
     out.append(streaming_spec("streaming_int8", "int8"))
     for quant in ("float32", "dynamic", "int8"):
         out.append(decoder_spec(f"kv_decoder_{quant}", quant))
+    out.append(Spec("tf_decoder_extended_float32", tf_decoder_build, tf_decoder_calls(), "float32",
+                    notes="bench/tf_decoder_model.py " + json.dumps(TF_DECODER) + ", _experimental_use_buffer_offset"))
     return out
 
 
