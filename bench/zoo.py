@@ -13,7 +13,11 @@ starting variant rotated every round:
 
 - official: ``ai_edge_litert`` Interpreter, default delegate (XNNPACK), ``--threads`` threads;
 - litegpu CPU: ``CompiledModel`` with ``HardwareAccelerator.CPU``;
-- litegpu GPU fp32 and fp16: only where JAX sees a GPU (skipped otherwise).
+- litegpu GPU fp32 and fp16: only where JAX sees a GPU (skipped otherwise);
+- official GPU: ``ai_edge_litert``'s ``CompiledModel`` with ``HardwareAccelerator.GPU`` (its WebGPU
+  accelerator over Vulkan; its default precision, fp16), where JAX sees a GPU and a probe in a child
+  process shows it can run a model at all (it raises without a Vulkan driver, and a crash there must not
+  take litegpu's numbers with it).  A model it cannot run gets an error entry.
 
 Every timed run writes the inputs and reads every output back to host memory.
 The number of timed runs adapts to the model: as many as fit in ``--seconds``
@@ -102,6 +106,72 @@ def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, preci
     return run, info
 
 
+def official_gpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str = "GPU") -> tuple[Callable, dict]:
+    """The official CompiledModel on its GPU accelerator: signature 0, inputs matched by tensor index
+    (``accelerator="CPU"`` runs the same code on its CPU, to check the runner where there is no GPU)."""
+    from ai_edge_litert.compiled_model import CompiledModel
+    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+
+    from litegpu.ir import read_model
+
+    model = CompiledModel.from_file(str(path), hardware_accel=getattr(HardwareAccelerator, accelerator))
+    sg = read_model(path).subgraphs[0]
+    key = model.get_signature_by_index(0)["key"]
+    in_details = list(model.get_input_tensor_details(key).values())
+    out_details = list(model.get_output_tensor_details(key).values())
+    ins, outs = model.create_input_buffers(0), model.create_output_buffers(0)
+    by_index = dict(zip(sg.inputs, inputs))
+    feeds = [by_index[int(d["index"])] for d in in_details]
+    sizes = [(int(np.prod(d["shape"])), np.dtype(d["dtype"]), tuple(d["shape"]), int(d["index"])) for d in out_details]
+
+    def run() -> list[np.ndarray]:
+        for buf, x in zip(ins, feeds):
+            buf.write(x)
+        model.run_by_index(0, ins, outs)
+        got = {i: o.read(n, dtype).reshape(shape) for o, (n, dtype, shape, i) in zip(outs, sizes)}
+        return [got[t] for t in sg.outputs if t in got]
+
+    return run, {"fully_delegated": bool(model.is_fully_accelerated())}
+
+
+OFFICIAL_GPU_PROBE = r"""
+import sys
+import numpy as np
+from ai_edge_litert.compiled_model import CompiledModel
+from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.save import to_bytes
+b = ModelBuilder()
+x = b.input("x", (1, 4))
+y = b.tensor("y", (1, 4))
+b.op("ADD", [x, x], [y])
+b.output(y)
+try:
+    model = CompiledModel.from_buffer(to_bytes(b.build()), hardware_accel=HardwareAccelerator.GPU)
+    ins, outs = model.create_input_buffers(0), model.create_output_buffers(0)
+    ins[0].write(np.arange(4, dtype=np.float32).reshape(1, 4))
+    model.run_by_index(0, ins, outs)
+    got = outs[0].read(4, np.float32)
+    assert np.allclose(got, [0, 2, 4, 6]), f"wrong result {got}"
+except Exception as e:
+    print("PROBE-ERROR", type(e).__name__, " ".join(str(e).split())[:300])
+    sys.exit(1)
+print("PROBE-OK")
+"""
+
+
+def official_gpu_probe() -> str | None:
+    """None when the official GPU accelerator runs a one-op model here, else why not (run in a child)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", OFFICIAL_GPU_PROBE], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "the probe timed out after 300 s"
+    if done.returncode == 0 and "PROBE-OK" in done.stdout:
+        return None
+    said = [ln.removeprefix("PROBE-ERROR ") for ln in done.stdout.splitlines() if ln.startswith("PROBE-ERROR")]
+    return said[-1] if said else f"the probe died (exit {done.returncode}) in the official runtime"
+
+
 def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     if len(a) != len(b):
         return float("nan")
@@ -109,7 +179,8 @@ def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
                 for x, y in zip(a, b)), default=0.0)
 
 
-def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_runs: int) -> dict:
+def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_runs: int,
+                official_gpu: bool = False) -> dict:
     import jax
 
     from litegpu.ir import read_model
@@ -127,6 +198,8 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
     if has_gpu:
         variants["litegpu_gpu_fp32"] = lambda: litegpu_runner(path, inputs, "gpu", "fp32")
         variants["litegpu_gpu_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16")
+    if official_gpu:
+        variants["official_gpu"] = lambda: official_gpu_runner(path, inputs)
     record["gpu"] = has_gpu
     runners: dict[str, Callable] = {}
     outputs: dict[str, list[np.ndarray]] = {}
@@ -178,6 +251,12 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
     return record
 
 
+def jax_sees_gpu() -> bool:
+    import jax
+
+    return _has_gpu_backend(jax)
+
+
 def _has_gpu_backend(jax: Any) -> bool:
     try:
         return bool(jax.devices("gpu"))
@@ -199,9 +278,13 @@ def run_all(args: argparse.Namespace) -> None:
         args.only and RESULTS.exists()) else {}
     rows = []
     started = time.perf_counter()
+    official_gpu_problem = official_gpu_probe() if jax_sees_gpu() else "JAX sees no GPU: not tried"
+    print(f"official GPU accelerator: {official_gpu_problem or 'runs'}", flush=True)
     for path in files:
         cmd = [sys.executable, __file__, "one", str(path), "--threads", str(args.threads), "--seconds",
                str(args.seconds), "--min-runs", str(args.min_runs), "--max-runs", str(args.max_runs)]
+        if official_gpu_problem is None:
+            cmd.append("--official-gpu")
         t = time.perf_counter()
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=MODEL_TIMEOUT_S,
@@ -215,7 +298,8 @@ def run_all(args: argparse.Namespace) -> None:
         rows.append(record)
         print(summary_line(record), flush=True)
     merged = {**previous, **{r["model"]: r for r in rows}}
-    result = {"machine": machine(), "threads": args.threads, "wall_s": round(time.perf_counter() - started),
+    result = {"machine": {**machine(), "official_gpu": official_gpu_problem or "runs"}, "threads": args.threads,
+              "wall_s": round(time.perf_counter() - started),
               "models": sorted(merged.values(), key=lambda r: r["model"])}
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))
@@ -223,7 +307,7 @@ def run_all(args: argparse.Namespace) -> None:
 
 def summary_line(r: dict) -> str:
     parts = [r["model"]]
-    for name in ("official_cpu", "litegpu_cpu", "litegpu_gpu_fp32", "litegpu_gpu_fp16"):
+    for name in ("official_cpu", "litegpu_cpu", "litegpu_gpu_fp32", "litegpu_gpu_fp16", "official_gpu"):
         v = r.get(name, {})
         if "median_ms" in v:
             parts.append(f"{name} {v['median_ms']:.2f} ms")
@@ -264,12 +348,15 @@ def _cell(v: dict, key: str, fmt: str) -> str:
 
 def markdown(result: dict) -> str:
     gpu = any(r.get("gpu") for r in result["models"])
+    official_gpu = any("official_gpu" in r for r in result["models"])
     head = ["model", "litegpu delegation", "XNNPACK partitions", "official XNNPACK ms", "litegpu CPU ms", "ratio CPU (official / litegpu)"]
     if gpu:
         head += ["litegpu GPU fp32 ms", "litegpu GPU fp16 ms", "ratio GPU fp32 (official CPU / litegpu)"]
+    if official_gpu:
+        head += ["official GPU ms (its default fp16)", "ratio GPU fp16 (official GPU / litegpu)"]
     head += ["S24 GPU ref ms", "runs", "litegpu first run ms", "max abs diff"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ratios: dict[str, list[float]] = {"litegpu_cpu": [], "litegpu_gpu_fp32": []}
+    ratios: dict[str, list[float]] = {"litegpu_cpu": [], "litegpu_gpu_fp32": [], "litegpu_gpu_fp16 vs official_gpu": []}
     for r in result["models"]:
         if "error" in r:
             lines.append(f"| {r['model']} | " + " | ".join(["-"] * (len(head) - 2)) + f" | {r['error'][:80]} |")
@@ -288,13 +375,21 @@ def markdown(result: dict) -> str:
                       _cell(g32, "ratio_official_over_litegpu", ".1f")]
             if "ratio_official_over_litegpu" in g32:
                 ratios["litegpu_gpu_fp32"].append(g32["ratio_official_over_litegpu"])
+        if official_gpu:
+            og, g16 = r.get("official_gpu", {}), r.get("litegpu_gpu_fp16", {})
+            ratio = og["median_ms"] / g16["median_ms"] if "median_ms" in og and "median_ms" in g16 else None
+            cells += [_cell(og, "median_ms", ".2f") if "error" not in og else "error: " + og["error"][:40],
+                      f"{ratio:.2f}" if ratio else "-"]
+            if ratio:
+                ratios["litegpu_gpu_fp16 vs official_gpu"].append(ratio)
         cells += [str(r.get("s24_gpu_reference_ms", "-")), str(c.get("runs", o.get("runs", "-"))),
                   _cell(c, "first_run_ms", ".0f"), _cell(c, "max_abs_diff", ".1e")]
         lines.append("| " + " | ".join(cells) + " |")
     for name, values in ratios.items():
         g = _geomean(values)
         if g is not None:
-            lines.append(f"\nGeometric mean ratio official / {name}: **{g:.2f}** over {len(values)} models")
+            what = "official GPU / litegpu GPU fp16" if " vs " in name else f"official / {name}"
+            lines.append(f"\nGeometric mean ratio {what}: **{g:.2f}** over {len(values)} models")
     return "\n".join(lines)
 
 
@@ -307,7 +402,8 @@ def plot(result: dict) -> None:
     rows = [r for r in result["models"] if "median_ms" in r.get("litegpu_cpu", {})
             or "median_ms" in r.get("official_cpu", {})]
     variants = [("official_cpu", "official XNNPACK CPU"), ("litegpu_cpu", "litegpu CPU"),
-                ("litegpu_gpu_fp32", "litegpu GPU fp32"), ("litegpu_gpu_fp16", "litegpu GPU fp16")]
+                ("litegpu_gpu_fp32", "litegpu GPU fp32"), ("litegpu_gpu_fp16", "litegpu GPU fp16"),
+                ("official_gpu", "official GPU (fp16)")]
     variants = [(k, label) for k, label in variants if any("median_ms" in r.get(k, {}) for r in rows)]
     fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) * len(variants) / 2 + 2))
     height = 0.8 / len(variants)
@@ -342,13 +438,16 @@ def main() -> None:
         p.add_argument("--seconds", type=float, default=4.0, help="timed seconds per variant and model")
         p.add_argument("--min-runs", type=int, default=5)
         p.add_argument("--max-runs", type=int, default=30)
+        if name == "one":
+            p.add_argument("--official-gpu", action="store_true", help="also the official GPU accelerator")
     sub.add_parser("table")
     sub.add_parser("plot")
     args = parser.parse_args()
     if args.command == "build":
         sys.exit(build(args.names))
     if args.command == "one":
-        print(json.dumps(measure_one(args.file, args.threads, args.seconds, args.min_runs, args.max_runs)))
+        print(json.dumps(measure_one(args.file, args.threads, args.seconds, args.min_runs, args.max_runs,
+                                     args.official_gpu)))
     elif args.command == "run":
         run_all(args)
         plot(json.loads(RESULTS.read_text()))

@@ -1,0 +1,451 @@
+"""GPU measurements of the open issues; each subcommand prints a table (and ``--json OUT`` writes the numbers).
+
+    PYTHONPATH=src python bench/bench_gpu.py bandwidth                       # device memory bandwidth (copy)
+    PYTHONPATH=src python bench/bench_gpu.py run-async                       # issue 3: run_async overlap
+    PYTHONPATH=src python bench/bench_gpu.py boundaries                      # issue 6: split model, per crossing
+    PYTHONPATH=src python bench/bench_gpu.py decode --gigabytes 3 --weights float16   # issue 9 (float32|int8|int4)
+
+``--accelerator gpu`` (the default) refuses to run where JAX sees no GPU.  ``--accelerator cpu`` is a dry run
+of the same code with the XLA CPU device standing in for the GPU (the environment claims a GPU and hands out
+the CPU device, so GPU plans, splits and the float view of quantized models are what runs): it proves the
+logic, and its numbers say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+
+# ---- the device -------------------------------------------------------------------------------------
+
+def jax_module() -> Any:
+    from litegpu.backends.xla import jax_module as litegpu_jax
+
+    return litegpu_jax()
+
+
+def environment(accelerator: str) -> Any:
+    """The Environment models are made with: the real one (GPU), or the CPU standing in for a GPU."""
+    import litegpu
+
+    if accelerator == "gpu":
+        return litegpu.Environment.create()
+
+    class CpuStandingInForGpu(litegpu.Environment):
+        @staticmethod
+        def platforms() -> set[str]:
+            return {"cpu", "gpu"}
+
+        def device(self, platform: str) -> Any:
+            return super().device("cpu")
+
+    return CpuStandingInForGpu()
+
+
+def require(accelerator: str) -> Any:
+    """The JAX device the measurement runs on; exits with a clear message when there is no GPU."""
+    from litegpu.backends.xla import available_platforms, device_for
+
+    platforms = available_platforms()
+    if accelerator == "gpu" and "gpu" not in platforms:
+        sys.exit(f"bench_gpu.py: JAX sees no GPU on this machine (platforms: {', '.join(sorted(platforms))}). "
+                 "Run it where `python -c 'import jax; print(jax.devices(\"gpu\"))'` lists one, or pass "
+                 "--accelerator cpu for a dry run of the logic on the CPU (its numbers mean nothing for a GPU).")
+    device = device_for(accelerator)
+    print(f"device: {device} ({getattr(device, 'device_kind', accelerator)})"
+          + ("  [DRY RUN: the CPU stands in for the GPU]" if accelerator == "cpu" else ""), flush=True)
+    return device
+
+
+def compiled(source: Any, accelerator: str, *, precision: str = "fp32") -> Any:
+    import litegpu
+
+    flags = litegpu.HardwareAccelerator.GPU | litegpu.HardwareAccelerator.CPU
+    options = litegpu.Options(flags, gpu_options=litegpu.GpuOptions(precision=precision))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the plan is printed instead
+        if isinstance(source, (bytes, bytearray)):
+            return litegpu.CompiledModel.from_buffer(bytes(source), options=options,
+                                                     environment=environment(accelerator))
+        return litegpu.CompiledModel.from_file(str(source), options=options, environment=environment(accelerator))
+
+
+def block(values: Any) -> Any:
+    """Wait until device values are computed (numpy values already are)."""
+    for v in values if isinstance(values, (list, tuple)) else [values]:
+        if hasattr(v, "block_until_ready"):
+            v.block_until_ready()
+    return values
+
+
+def timed(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> list[float]:
+    """Seconds per call of ``fn`` (which must wait for its own work)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def median_ms(times: Sequence[float]) -> float:
+    return statistics.median(times) * 1e3
+
+
+def machine(device: Any) -> dict:
+    jax = jax_module()
+    return {"device": str(device), "device_kind": getattr(device, "device_kind", "?"), "jax": jax.__version__,
+            "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+# ---- bandwidth --------------------------------------------------------------------------------------
+
+def measure_bandwidth(device: Any, nbytes: int, repeats: int) -> dict:
+    """Device memory bandwidth: a jitted ``x + 1`` over ``nbytes`` of float32 reads and writes every byte
+    once (XLA cannot skip the copy: the result is a new buffer), so bytes moved = 2 * nbytes."""
+    jax = jax_module()
+    import jax.numpy as jnp
+
+    n = nbytes // 4
+    x = jax.device_put(np.zeros(n, np.float32), device)
+    bump = jax.jit(lambda a: a + jnp.float32(1))
+    times = timed(lambda: bump(x).block_until_ready(), repeats)
+    best, median = min(times), statistics.median(times)
+    return {"array_bytes": n * 4, "bytes_moved": 2 * n * 4, "median_s": median, "min_s": best,
+            "bandwidth_Bps": 2 * n * 4 / median, "bandwidth_best_Bps": 2 * n * 4 / best}
+
+
+def cmd_bandwidth(args: argparse.Namespace) -> dict:
+    device = require(args.accelerator)
+    result = measure_bandwidth(device, int(args.bandwidth_gb * 1e9), args.repeats)
+    print(f"copy of {result['array_bytes'] / 1e9:.2f} GB (read + write): median {result['median_s'] * 1e3:.3f} ms, "
+          f"{result['bandwidth_Bps'] / 1e9:.0f} GB/s (best {result['bandwidth_best_Bps'] / 1e9:.0f} GB/s)")
+    return {"machine": machine(device), "bandwidth": result}
+
+
+# ---- run-async: overlap of host work with a GPU run -------------------------------------------------
+
+def matmul_chain(size: int, layers: int) -> bytes:
+    """x [size, size] through ``layers`` FULLY_CONNECTED + TANH: 2 * size**3 flops per layer, one output."""
+    from litegpu.ir.builder import ModelBuilder
+    from litegpu.ir.save import to_bytes
+
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    h = b.input("x", (size, size))
+    for i in range(layers):
+        w = b.constant(f"w{i}", (rng.standard_normal((size, size), np.float32) / np.sqrt(size)).astype(np.float32))
+        z, a = b.tensor(f"z{i}", (size, size)), b.tensor(f"a{i}", (size, size))
+        b.op("FULLY_CONNECTED", [h, w, -1], [z])
+        b.op("TANH", [z], [a])
+        h = a
+    b.output(h)
+    return to_bytes(b.build())
+
+
+def host_work(iterations: int, block_rows: np.ndarray) -> float:
+    """Numpy work on the host thread that issued the run (a stand-in for pre/post-processing)."""
+    total = 0.0
+    for _ in range(iterations):
+        total += float(np.tanh(block_rows @ block_rows.T).sum())
+    return total
+
+
+def calibrate_host_work(target_s: float, block_rows: np.ndarray) -> int:
+    """Iterations of ``host_work`` that take about ``target_s`` seconds."""
+    n = 1
+    while True:
+        start = time.perf_counter()
+        host_work(n, block_rows)
+        took = time.perf_counter() - start
+        if took >= 0.05 or n >= 1 << 20:
+            return max(1, round(n * target_s / took))
+        n *= 2
+
+
+def cmd_run_async(args: argparse.Namespace) -> dict:
+    import litegpu
+
+    device = require(args.accelerator)
+    model = compiled(matmul_chain(args.size, args.layers), args.accelerator)
+    x = np.random.default_rng(1).standard_normal((args.size, args.size)).astype(np.float32)
+    jax = jax_module()
+    inputs = [litegpu.TensorBuffer.from_dlpack(jax.device_put(x, model.environment.device("gpu")))]
+    outputs = model.create_output_buffers(0)
+
+    def run_alone() -> None:
+        model.run_async(0, inputs, outputs).wait()
+
+    run_times = timed(run_alone, args.repeats)
+    run_s = statistics.median(run_times)
+    rows = np.random.default_rng(2).standard_normal((64, 256)).astype(np.float32)
+    iterations = calibrate_host_work(run_s, rows)
+    host_times = timed(lambda: host_work(iterations, rows), args.repeats, warmup=1)
+    host_s = statistics.median(host_times)
+
+    def overlapped() -> None:
+        event = model.run_async(0, inputs, outputs)
+        host_work(iterations, rows)
+        event.wait()
+
+    both_times = timed(overlapped, args.repeats)
+    both_s = statistics.median(both_times)
+    # 1: the host work hid completely behind the run (or the run behind it); 0: they ran one after the other
+    overlap = (run_s + host_s - both_s) / min(run_s, host_s)
+    flops = 2 * args.size ** 3 * args.layers
+    result = {"machine": machine(device), "size": args.size, "layers": args.layers, "repeats": args.repeats,
+              "run_ms": run_s * 1e3, "run_tflops": flops / run_s / 1e12, "host_ms": host_s * 1e3,
+              "host_iterations": iterations, "run_async_plus_host_ms": both_s * 1e3, "overlap_fraction": overlap,
+              "serial_ms": (run_s + host_s) * 1e3}
+    print(f"model: {args.layers} x FULLY_CONNECTED+TANH on [{args.size}, {args.size}] float32 "
+          f"({flops / 1e9:.1f} GFLOP), input on the device, outputs left there")
+    print("| what | median ms |\n|---|---:|")
+    print(f"| (a) run_async + wait, alone | {run_s * 1e3:.2f} |")
+    print(f"| (b) host numpy work alone ({iterations} iterations) | {host_s * 1e3:.2f} |")
+    print(f"| (c) run_async, host work, wait | {both_s * 1e3:.2f} |")
+    print(f"| (a) + (b), if nothing overlapped | {(run_s + host_s) * 1e3:.2f} |")
+    print(f"overlap fraction ((a) + (b) - (c)) / min((a), (b)): {overlap:.2f}  "
+          f"(1 = the shorter one hid completely, 0 = serial)")
+    return result
+
+
+# ---- boundaries: a model split across GPU and CPU ---------------------------------------------------
+
+def detector_bytes() -> bytes:
+    """The detector of tests/compile/test_plan_partitions.py (convolutions on the GPU, NMS and WHERE on the CPU)."""
+    from litegpu.ir.save import to_bytes
+
+    path = ROOT / "tests" / "compile" / "test_plan_partitions.py"
+    spec = importlib.util.spec_from_file_location("_bench_plan_partitions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return to_bytes(module.detector_model())
+
+
+def where_of(value: Any) -> str:
+    from litegpu.backends.xla import is_device_array
+
+    if is_device_array(value):
+        return next(iter(value.devices())).platform
+    return "host"
+
+
+def traced_run(signature: Any, inputs: Sequence[Any]) -> tuple[list[dict], list[dict]]:
+    """One run of a split signature, step by step with a wait after each: (partitions, transfers) timings.
+
+    Mirrors ``PartitionedSignature.run``: each tensor moves at most once per destination per run."""
+    sg = signature.subgraph
+    values: dict[int, Any] = dict(zip(sg.inputs, inputs))
+    placed: dict = {}
+    signature.transfers = 0
+    parts, moves = [], []
+    for k, unit in enumerate(signature.units):
+        for t in unit.op_range.inputs:
+            if (t, unit.where) in placed:
+                continue
+            source, before = where_of(values[t]), signature.transfers
+            start = time.perf_counter()
+            block(signature._placed(values, placed, t, unit.where))
+            took = time.perf_counter() - start
+            if signature.transfers > before:
+                tensor = sg.tensors[t]
+                moves.append({"tensor": tensor.name, "from": source, "to": unit.where, "into_partition": k,
+                              "bytes": int(np.asarray(values[t]).nbytes) if source == "host" else
+                              int(values[t].nbytes), "s": took})
+        args = [placed[(t, unit.where)] for t in unit.op_range.inputs]
+        start = time.perf_counter()
+        results = block(unit.run(args))
+        parts.append({"partition": k, "where": unit.where, "ops": len(unit.op_range.op_indices),
+                      "s": time.perf_counter() - start})
+        values.update(zip(unit.op_range.outputs, results))
+    return parts, moves
+
+
+def cmd_boundaries(args: argparse.Namespace) -> dict:
+    device = require(args.accelerator)
+    model = compiled(args.model.read_bytes() if args.model else detector_bytes(), args.accelerator)
+    plan = model.plan
+    if not plan.is_split:
+        sys.exit(f"bench_gpu.py: the model is not split across devices ({plan.summary()}); nothing to measure")
+    print(plan.summary())
+    for i, p in enumerate(plan.partitions):
+        print(f"  partition {i}: {p.device} ({p.target.value}), ops {list(p.op_indices)}")
+    from compare_official import random_inputs
+
+    details = list(model.get_input_tensor_details(0).values())
+    feeds = random_inputs(details, seed=1234)
+    buffers, outputs = model.create_input_buffers(0), model.create_output_buffers(0)
+    for b, x in zip(buffers, feeds):
+        b.write(x)
+
+    def whole() -> None:
+        model.run_by_index(0, buffers, outputs)
+        for o in outputs:
+            o.read()
+
+    whole_times = timed(whole, args.runs)
+    signature = model._partitioned().signature(0)
+    sg_inputs = [dict(zip([d["index"] for d in details], feeds))[t] for t in signature.subgraph.inputs]
+    traced_run(signature, sg_inputs)  # warm-up: compiles every partition
+    runs = [traced_run(signature, sg_inputs) for _ in range(args.runs)]
+    parts = [{**p, "median_ms": median_ms([r[0][i]["s"] for r in runs])} for i, p in enumerate(runs[0][0])]
+    moves = [{**m, "median_us": statistics.median([r[1][i]["s"] for r in runs]) * 1e6} for i, m in enumerate(runs[0][1])]
+    for p in parts:
+        p.pop("s")
+    for m in moves:
+        m.pop("s")
+    print(f"\nwhole run (run_by_index + read every output): median {median_ms(whole_times):.3f} ms over {args.runs}")
+    print("\nstep by step, waiting after each step (so the sum exceeds the pipelined whole run):")
+    print("| step | where | median |\n|---|---|---:|")
+    for p in parts:
+        print(f"| partition {p['partition']} ({p['ops']} ops) | {p['where']} | {p['median_ms']:.3f} ms |")
+    for m in moves:
+        print(f"| move {m['tensor']!r} ({m['bytes']} B) before partition {m['into_partition']} | "
+              f"{m['from']} -> {m['to']} | {m['median_us']:.1f} us |")
+    total_moves = sum(m["median_us"] for m in moves) / 1e3
+    total_parts = sum(p["median_ms"] for p in parts)
+    print(f"\nsum of partitions {total_parts:.3f} ms, sum of {len(moves)} crossings {total_moves:.3f} ms")
+    return {"machine": machine(device), "plan": plan.summary(), "runs": args.runs,
+            "whole_median_ms": median_ms(whole_times), "partitions": parts, "transfers": moves}
+
+
+# ---- decode: tokens per second against the weight-reading bound ------------------------------------
+
+def device_param_bytes(model: Any) -> int:
+    """Bytes of the weights litegpu holds on the device(s) for this model."""
+    state = model._state
+    states = [state] if hasattr(state, "params") else list(getattr(state, "_states", {}).values())
+    return int(sum(int(v.nbytes) for s in states for v in s.params.values()))
+
+
+def cmd_decode(args: argparse.Namespace) -> dict:
+    import litegpu
+    from decoder_model import config_for_bytes, write_decoder
+
+    device = require(args.accelerator)
+    config = config_for_bytes(int(args.gigabytes * 1e9), width=args.width, heads=max(1, args.width // 128),
+                              vocab=args.vocab, max_len=args.max_len, prefill_len=args.prefill_len,
+                              weights=args.weights)
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="litegpu-decode-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"decoder_{args.weights}_{args.gigabytes:g}gb.tflite"
+    try:
+        if not path.exists():
+            start = time.perf_counter()
+            write_decoder(config, path, extended_buffers=True)
+            print(f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - start:.0f} s: {config}",
+                  flush=True)
+        start = time.perf_counter()
+        model = compiled(path, args.accelerator, precision=args.precision)
+        load_s = time.perf_counter() - start
+        prompt = [(7 * i + 3) % (config.vocab - 1) + 1 for i in range(config.prefill_len)]
+        steps = min(args.steps, config.max_len - len(prompt))
+        start = time.perf_counter()
+        first = litegpu.generate(model, prompt, 2)  # compiles prefill and decode
+        compile_s = time.perf_counter() - start
+
+        def generate(n: int) -> list[int]:
+            return litegpu.generate(model, prompt, n)
+
+        one = timed(lambda: generate(1), args.repeats, warmup=1)
+        many = timed(lambda: generate(steps), args.repeats, warmup=0)
+        tokens = generate(steps)
+        if tokens[:2] != first:  # reported, not fatal: the timing still stands
+            print(f"WARNING: greedy decoding is not deterministic: {tokens[:2]} then {first}", flush=True)
+        per_token_s = (statistics.median(many) - statistics.median(one)) / (steps - 1)
+        weight_bytes, on_device = config.weight_bytes(), device_param_bytes(model)
+        bandwidth = measure_bandwidth(device, int(args.bandwidth_gb * 1e9), 10)
+        bound = bandwidth["bandwidth_Bps"] / weight_bytes
+        result = {
+            "machine": machine(device), "config": repr(config), "file_bytes": path.stat().st_size,
+            "weight_bytes": weight_bytes, "device_weight_bytes": on_device, "precision": args.precision,
+            "plan": model.plan.summary(), "load_s": load_s, "first_generate_s": compile_s, "decode_steps": steps,
+            "decode_s_per_token": per_token_s, "tokens_per_s": 1 / per_token_s, "bandwidth": bandwidth,
+            "bound_tokens_per_s": bound, "fraction_of_bound": (1 / per_token_s) / bound,
+            "bound_tokens_per_s_device_bytes": bandwidth["bandwidth_Bps"] / on_device if on_device else None,
+            "tokens": tokens[:16], "deterministic": tokens[:2] == first}
+    finally:
+        if not args.keep:
+            path.unlink(missing_ok=True)
+            folder.rmdir()
+    print(f"plan: {result['plan']}; load {load_s:.1f} s, first generate (compiles) {compile_s:.1f} s")
+    print("| quantity | value |\n|---|---:|")
+    print(f"| weights in the file ({args.weights}) | {weight_bytes / 1e9:.3f} GB |")
+    print(f"| weights held on the device | {on_device / 1e9:.3f} GB |")
+    print(f"| decode, median of {args.repeats} x {steps} tokens | {per_token_s * 1e3:.2f} ms/token = "
+          f"{1 / per_token_s:.1f} tokens/s |")
+    print(f"| measured bandwidth (copy of {bandwidth['array_bytes'] / 1e9:.2f} GB) | "
+          f"{bandwidth['bandwidth_Bps'] / 1e9:.0f} GB/s |")
+    print(f"| bound: bandwidth / file weight bytes | {bound:.1f} tokens/s |")
+    print(f"| **fraction of the bound** | **{result['fraction_of_bound']:.2f}** |")
+    if on_device and on_device != weight_bytes:
+        print(f"| (bound if the device bytes are what must be read: {result['bound_tokens_per_s_device_bytes']:.1f} "
+              f"tokens/s, fraction {(1 / per_token_s) / result['bound_tokens_per_s_device_bytes']:.2f}) | |")
+    return result
+
+
+# ---- main -------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Callable, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(fn=fn)
+        p.add_argument("--accelerator", choices=("gpu", "cpu"), default="gpu",
+                       help="gpu (default; refused without one) or cpu: a dry run with the CPU standing in")
+        p.add_argument("--json", type=Path, help="also write the numbers here")
+        return p
+
+    p = add("bandwidth", cmd_bandwidth, "device memory bandwidth from a timed copy")
+    p.add_argument("--bandwidth-gb", type=float, default=1.0)
+    p.add_argument("--repeats", type=int, default=20)
+    p = add("run-async", cmd_run_async, "how much run_async overlaps host work with the device's")
+    p.add_argument("--size", type=int, default=4096, help="matrix size (default 4096: a few ms per layer on a GPU)")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=20)
+    p = add("boundaries", cmd_boundaries, "time each partition and each boundary crossing of a split model")
+    p.add_argument("--model", type=Path, help="a .tflite whose GPU|CPU plan is split (default: the test detector)")
+    p.add_argument("--runs", type=int, default=50)
+    p = add("decode", cmd_decode, "decode tokens/s of a generated decoder against the bandwidth bound")
+    p.add_argument("--gigabytes", type=float, default=3.0, help="weight bytes of the decoder written")
+    p.add_argument("--weights", choices=("float16", "float32", "int8", "int4"), default="float16")
+    p.add_argument("--precision", choices=("fp32", "fp16", "fp16_fp32_accum"), default="fp32")
+    p.add_argument("--width", type=int, default=2048)
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--max-len", type=int, default=256)
+    p.add_argument("--prefill-len", type=int, default=16)
+    p.add_argument("--steps", type=int, default=64, help="tokens generated per timed call")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--bandwidth-gb", type=float, default=1.0)
+    p.add_argument("--keep", type=Path, help="write the model into this folder and keep it (reused when present)")
+    args = parser.parse_args(argv)
+    result = args.fn(args)
+    result["command"] = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""What the GPU tests share: which accelerator they run on, the environment, and model loaders.
+
+``LITEGPU_TEST_ACCELERATOR`` picks the device (default ``gpu``):
+
+- ``gpu``: a real GPU.  Modules skip themselves when JAX sees none, so on a CPU machine
+  ``python -m pytest tests/gpu`` costs one ``import jax``.
+- ``cpu``: the CPU stands in for the GPU.  The environment claims a GPU and hands out the XLA CPU
+  device for it, so every GPU code path of litegpu (the GPU plan and its splits, the float view of
+  quantized models, fp16 storage, device-resident buffers, events) runs, only on the CPU.  It proves
+  the tests' logic where no GPU is lent; it proves nothing about a GPU's numerics or speed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ACCELERATOR = os.environ.get("LITEGPU_TEST_ACCELERATOR", "gpu").strip().lower()
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def require_accelerator() -> str:
+    """Call at module level: skips the module unless the chosen accelerator is there."""
+    if ACCELERATOR not in ("gpu", "cpu"):
+        raise pytest.UsageError(f"LITEGPU_TEST_ACCELERATOR is 'gpu' or 'cpu', not {ACCELERATOR!r}")
+    if ACCELERATOR == "gpu":
+        from litegpu.backends.xla import available_platforms
+
+        if "gpu" not in available_platforms():
+            pytest.skip("JAX sees no GPU (set LITEGPU_TEST_ACCELERATOR=cpu to run these tests with the CPU "
+                        "standing in for it)", allow_module_level=True)
+    return ACCELERATOR
+
+
+def on_real_gpu() -> bool:
+    return ACCELERATOR == "gpu"
+
+
+def make_environment() -> Any:
+    """The Environment the tests create models with: the real one, or the CPU standing in for a GPU."""
+    import litegpu as lg
+
+    if on_real_gpu():
+        return lg.Environment.create()
+
+    class CpuStandingInForGpu(lg.Environment):
+        @staticmethod
+        def platforms() -> set[str]:
+            return {"cpu", "gpu"}
+
+        def device(self, platform: str) -> Any:
+            return super().device("cpu")
+
+    return CpuStandingInForGpu()
+
+
+def expected_platform() -> str:
+    """The JAX platform of the arrays a GPU run leaves in its output buffers."""
+    return "gpu" if on_real_gpu() else "cpu"
+
+
+def compiled(source: Any, *, precision: str = "fp32", quantized_execution: str = "float",
+             flags: Any = None, environment: Any = None) -> Any:
+    """A CompiledModel for the GPU (``flags`` default GPU | CPU, so refused ops fall back op by op)."""
+    import litegpu as lg
+
+    flags = lg.HardwareAccelerator.GPU | lg.HardwareAccelerator.CPU if flags is None else flags
+    options = lg.Options(flags, gpu_options=lg.GpuOptions(precision=precision,
+                                                          quantized_execution=quantized_execution))
+    env = environment or make_environment()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a partial delegation is reported by the plan, not asserted here
+        if isinstance(source, (bytes, bytearray)):
+            return lg.CompiledModel.from_buffer(bytes(source), options=options, environment=env)
+        if isinstance(source, (str, os.PathLike)):
+            return lg.CompiledModel.from_file(str(source), options=options, environment=env)
+        return lg.CompiledModel.from_model(source, options=options, environment=env)
+
+
+def is_image_classifier(name: str) -> bool:
+    """The image models of the shared and held-out sets (10- or 1000-class softmax heads)."""
+    return name.startswith(("mobilenet", "resnet"))
+
+
+def load_test_module(relative: str, name: str) -> ModuleType:
+    """Another test file's helpers, loaded once under a private name (its tests are not collected here)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TESTS / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it executes
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
