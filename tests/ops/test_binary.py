@@ -301,3 +301,82 @@ def test_int16_mul_with_zero_point_is_refused_like_official():
         run_official(data, [x, x])
     with pytest.raises(ModelExecutionError, match="MUL.*zero points 0"):
         ReferenceBackend(read_model(data)).run([x, x])
+
+
+# --- quantized DIV (uint8 / int8 / int16): div.cc's fixed-point DivElementwise, exact ---------------
+
+QUANTIZED_DIV_SCALES = {  # x, y, output (scale, zero point) for uint8; int8 zero points are 128 lower
+    "moderate": ((0.05, 131), (0.02, 135), (0.1, 138)),
+    "wide_ratio": ((0.5, 128), (0.003, 130), (0.9, 0)),
+    # a tiny output multiplier: rounding shifts of 32 to 66 bits, past the int32 width
+    "tiny_multiplier": ((1e-7, 125), (5.0, 135), (10.0, 118)),
+}
+
+
+def every_pair(dtype, divisor_zero_point):
+    """All dividends (a column) and all divisors but the zero point (a row)."""
+    values = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1).astype(dtype)
+    return values[:, None], values[values != divisor_zero_point]
+
+
+@pytest.mark.parametrize("activation", ["NONE", "RELU6"])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("scales", sorted(QUANTIZED_DIV_SCALES))
+def test_quantized_div_every_pair_matches_official(scales, dtype, activation):
+    offset = 0 if dtype == "uint8" else -128
+    qx, qy, qo = ((s, z + offset) for s, z in QUANTIZED_DIV_SCALES[scales])
+    x, y = every_pair(dtype, qy[1])
+    # broadcast (BroadcastDivSlow) and elementwise (Div) over the same 255 * 256 pairs
+    check_op_model(quantized_binary("DIV", dtype, qx, qy, qo, x.shape, y.shape, fused_activation_function=activation),
+                   [x, y])
+    x, y = np.broadcast_arrays(x, y)
+    check_op_model(quantized_binary("DIV", dtype, qx, qy, qo, (x.size,), (x.size,)), [x.ravel(), y.ravel()])
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (3, 1)), ((4,), ()), ((1, 5), (3, 1))], ids=str)
+def test_uint8_div_broadcasting_and_relu_match_official(shapes):
+    sx, sy = shapes
+    model = quantized_binary("DIV", "uint8", (0.05, 120), (0.01, 128), (0.04, 30), sx, sy, fused_activation_function="RELU")
+    y = random_input(sy, "uint8", seed=2, low=0, high=25.5)
+    y = np.where(y == 128, np.uint8(129), y).astype(np.uint8)  # the official kernel refuses zero divisors
+    check_op_model(model, [random_input(sx, "uint8", seed=1, low=0, high=25.5), y])
+
+
+def test_uint8_div_small_dividends_over_large_divisors_like_official():
+    """The official rounding shift passes 32 bits for these: 0 / 200 comes out as zp + 1 and a tiny
+    positive quotient saturates (gemmlowp's RoundingDivideByPOT with its count taken mod 32)."""
+    x = np.array([3, 3, 4, 2, 4], np.uint8)
+    y = np.array([207, 8, 255, 255, 100], np.uint8)
+    got = check_op_model(quantized_binary("DIV", "uint8", (0.05, 3), (0.02, 7), (0.1, 10), (5,), (5,)), [x, y])[0]
+    assert got[:3].tolist() == [11, 10, 255]
+
+
+@pytest.mark.parametrize("scales", [((1e-3, 0), (2e-3, 0), (1e-3, 0)), ((3e-4, 5), (1e-2, -7), (2e-3, 11))], ids=str)
+@pytest.mark.parametrize("shapes", [((512,), (512,)), ((64, 1), (64,))], ids=str)
+def test_int16_div_matches_official(scales, shapes):
+    (qx, qy, qo), (sx, sy) = scales, shapes
+    x = random_input(sx, "int16", seed=1, low=-3276.8, high=3276.7)
+    x.reshape(-1)[:3] = [0, 1, -1]
+    for low, high in ((-3276.8, 3276.7), (-30, 30)):  # full range, then divisors near zero
+        y = random_input(sy, "int16", seed=2, low=low, high=high)
+        y = np.where(y == qy[1], np.int16(qy[1] + 1), y).astype(np.int16)
+        check_op_model(quantized_binary("DIV", "int16", qx, qy, qo, sx, sy, fused_activation_function="RELU"), [x, y])
+
+
+@pytest.mark.parametrize("dtype, zero_point", [("uint8", 7), ("int8", -3), ("int16", 0)])
+def test_quantized_div_by_the_zero_point_fails_like_official(dtype, zero_point):
+    """A divisor equal to its zero point is a real 0: the official Eval fails (CheckNonZero)."""
+    x = np.array([4, 5, 6], dtype)
+    y = np.array([9, zero_point, 1], dtype)
+    data = to_bytes(quantized_binary("DIV", dtype, (0.01, 0), (0.02, zero_point), (0.01, 0), (3,), (3,)))
+    with pytest.raises(RuntimeError, match="zero_point"):
+        run_official(data, [x, y])
+    with pytest.raises(ModelExecutionError, match="DIV.*division by 0"):
+        ReferenceBackend(read_model(data)).run([x, y])
+
+
+def test_quantized_div_with_a_huge_scale_ratio_is_refused():
+    # the official final shift would be a left shift by a negative count (undefined behaviour)
+    model = quantized_binary("DIV", "uint8", (10.0, 0), (1e-3, 0), (1e-3, 0), (2,), (2,))
+    with pytest.raises(ModelExecutionError, match="too large"):
+        ReferenceBackend(model).run([np.array([1, 2], np.uint8), np.array([3, 4], np.uint8)])

@@ -11,7 +11,8 @@ miss:
   toward -inf.  A zero divisor is an error for integer DIV / FLOOR_DIV /
   FLOOR_MOD and for float FLOOR_DIV (float DIV and FLOOR_MOD give inf / NaN).
   The reference backend raises on those; XLA cannot fail at run time and
-  returns XLA's values instead.
+  returns XLA's values instead.  Quantized DIV (uint8, int8, int16) fails on a
+  divisor equal to its zero point.
 * Integer POW is computed in double precision, as ``std::pow`` does; results
   out of the type's range become INT_MIN (what x86 makes of them).
 """
@@ -251,8 +252,14 @@ def _quantized_mul(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
 
 @register("DIV")
 class Div(_Binary):
-    dtypes = ("float32", "float16", "int32")
+    """Quantized inputs (uint8, int8, int16) take div.cc's fixed-point kernel (``DivElementwise``):
+    a divisor equal to its zero point is an error, as an integer zero divisor is."""
+    dtypes = ("float32", "float16", "int32") + QUANTIZED_8BIT + ("int16",)
+    quantized_dtypes = QUANTIZED_8BIT + ("int16",)
     clamps_result = True
+
+    def quantized(self, ctx, x, y):
+        return _quantized_div(ctx, ctx.xp, x, y)
 
     def validate(self, ctx, x, y):
         if not is_float(y):
@@ -262,6 +269,89 @@ class Div(_Binary):
         if is_float(x):
             return x / y
         return _truncating_int_div(xp, x, y)
+
+
+# --- quantized DIV (div.cc, reference_ops::DivElementwise) -----------------------------------------
+
+def _quantized_div(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
+    """The quotient of the zero-point-centred inputs times s1 / (s2 * so) (a float32 ratio, as Prepare
+    computes it), plus the output zero point, clamped to the activation range.
+
+    The official Eval refuses a divisor equal to its zero point (CheckNonZero); the reference backend
+    raises too, XLA (which cannot fail at run time) gives the activation bound of the dividend's sign."""
+    dtype = ctx.input(0).dtype
+    s1, z1 = qz.scale_and_zero_point(ctx, ctx.input(0), "first input")
+    s2, z2 = qz.scale_and_zero_point(ctx, ctx.input(1), "second input")
+    so, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
+    if not is_traced(y) and np.any(np.asarray(y) == z2):
+        raise ModelExecutionError(f"{ctx.op}: division by 0 (a divisor equal to its zero point {z2})")
+    low, high = qz.activation_range(ctx.options.get("fused_activation_function", "NONE"), so, zo, dtype)
+    numerator = x.astype(xp.int64) - z1
+    denominator = y.astype(xp.int64) - z2
+    multiplier, shift = fp.quantize_multiplier(float(np.float32(s1) / (np.float32(s2) * np.float32(so))))
+    # the final rounding shift must stay a right shift for every dividend (C would shift by a negative count)
+    max_shift = 15 if dtype == "int16" else 23
+    if shift > max_shift:
+        raise ModelExecutionError(f"{ctx.op}: the scale ratio input1 / (input2 * output) = {s1 / (s2 * so):g} "
+                                  f"is too large for the official quantized kernel (at most 2^{max_shift})")
+    out = _fixed_point_quotient(xp, numerator, denominator, multiplier, shift) + zo
+    out = xp.where(denominator == 0, xp.where(numerator >= 0, high, low), out)
+    return xp.clip(out, low, high)
+
+
+def _bit_length(xp: Any, u: Any) -> Any:
+    """Bits of non-negative int32 values (0 for 0): frexp's exponent of their exact float64 value."""
+    return xp.frexp(u.astype(xp.float64))[1].astype(xp.int64)
+
+
+def _saturating_shift_left(xp: Any, x: Any, exponent: int) -> Any:
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<exponent > 0>`` on int32."""
+    limit = (1 << (31 - exponent)) - 1
+    return xp.where(x > limit, fp.INT32_MAX, xp.where(x < -limit, fp.INT32_MIN, x << exponent))
+
+
+def _reciprocal(xp: Any, d: Any) -> tuple[Any, Any]:
+    """``GetReciprocal(d, 31, &shift)`` of positive int32 ``d``: 1/d as a Q0.31 value in (1/2, 1] and the
+    shift, from gemmlowp's ``one_over_one_plus_x_for_x_in_0_1`` (three Newton-Raphson steps in Q2.29)."""
+    mul = fp.saturating_rounding_doubling_high_mul
+    leading_zeros = 32 - _bit_length(xp, d)
+    shift = 31 - leading_zeros
+    a = ((d << leading_zeros) & 0xFFFFFFFF) - (1 << 31)  # d normalised to [1, 2), minus one, Q0.31
+    half_denominator = (a + (1 << 31)) // 2  # RoundingHalfSum(a, One): a non-negative sum
+    x = fp.wrap_int32(xp, 1515870810 + mul(xp, half_denominator, -1010580540))  # 48/17 - 32/17 * d
+    for _ in range(3):
+        error = fp.wrap_int32(xp, (1 << 29) - mul(xp, half_denominator, x))
+        x = fp.wrap_int32(xp, x + _saturating_shift_left(xp, mul(xp, x, error), 2))
+    return _saturating_shift_left(xp, x, 1), shift
+
+
+def _fixed_point_quotient(xp: Any, numerator: Any, denominator: Any, multiplier: int, shift: int) -> Any:
+    """``DivElementwise`` before the zero point: the signs moved to the numerator, the numerator shifted
+    up by its headroom, times the divisor's reciprocal, then rescaled by the output multiplier with one
+    rounding shift that undoes the headroom and the reciprocal's exponent."""
+    negative = denominator < 0
+    numerator = xp.where(negative, -numerator, numerator)
+    denominator = xp.maximum(xp.abs(denominator), 1)  # 0 (refused above) stands in as 1
+    inverse, reciprocal_shift = _reciprocal(xp, denominator)
+    headroom = 31 - _bit_length(xp, xp.where(numerator < 0, -numerator - 1, numerator))  # CountLeadingSignBits
+    mul = fp.saturating_rounding_doubling_high_mul
+    unscaled = mul(xp, numerator << headroom, inverse)
+    total_shift = shift - reciprocal_shift - headroom
+    return _rounding_divide_by_pot_as_compiled(xp, mul(xp, unscaled, multiplier), -total_shift)
+
+
+def _rounding_divide_by_pot_as_compiled(xp: Any, x: Any, exponent: Any) -> Any:
+    """gemmlowp's ``RoundingDivideByPOT`` of int32 values as the x86 build computes it for any exponent.
+
+    A small dividend over a large divisor asks for exponents of 32 and more: the mask
+    ``(1ll << exponent) - 1`` is a 64-bit shift (count taken mod 64) truncated to int32, and the
+    int32 ``x >> exponent`` takes its count mod 32.  So a zero quotient comes out as 1 and a nonzero
+    one barely shifted (it saturates): measured on the official uint8 kernel, e.g. 0 / 200 -> zp + 1."""
+    exponent = xp.asarray(exponent, xp.int64)
+    mask = fp.wrap_int32(xp, (xp.asarray(1, xp.int64) << (exponent & 63)) - 1)
+    remainder = x & mask
+    threshold = (mask >> 1) + xp.where(x < 0, 1, 0)
+    return (x >> (exponent & 31)) + xp.where(remainder > threshold, 1, 0)
 
 
 def _truncating_int_div(xp: Any, x: Any, y: Any) -> Any:

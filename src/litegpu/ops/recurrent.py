@@ -1,4 +1,5 @@
-"""Float and hybrid recurrent layers: RNN, LSTM, SVDF and their (bi/uni)directional sequence forms.
+"""Float and hybrid recurrent layers: RNN, LSTM, SVDF and their (bi/uni)directional sequence forms,
+and the full-integer LSTM (``_lstm_integer``) and SVDF (``EvalIntegerSVDF``, at the end).
 
 One step function serves both backends; the reference runs it in a python loop
 over time, the XLA lowering in ``lax.scan``.  The state inputs are variable
@@ -25,6 +26,8 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _lstm_integer as integer_lstm
+from . import _quantized as qz
+from . import fixedpoint as fp
 from ._quantized import quantize_rows as _quantize_rows
 from .common import fused_activation
 from .matmul import _integer_dot
@@ -68,20 +71,25 @@ class HybridWeight(NamedTuple):
 
 
 def _weights(ctx: OpContext, first_input: int, arrays: Any) -> list:
-    """The arrays of inputs ``first_input``, ``first_input + 1``...: float32 ones as they are,
+    """The arrays of inputs ``first_input``, ``first_input + 1``...: float ones as they are,
     int8 ones (hybrid) as ``HybridWeight``; anything else is refused."""
     return [_weight(ctx, first_input + k, a) for k, a in enumerate(arrays)]
 
 
+def _is_float(array: Any) -> bool:
+    """float32, or the float16 that a reduced GPU precision holds float32 weights in."""
+    return np.dtype(array.dtype).kind == "f" or str(array.dtype) == "bfloat16"
+
+
 def _weight(ctx: OpContext, index: int, array: Any) -> Any:
-    if array is None or str(array.dtype) == "float32":
+    if array is None or _is_float(array):
         return array
     t = ctx.input(index)
     q = t.quantization if t is not None else None
     if str(array.dtype) != "int8" or q is None or len(q.scale) != 1 or not t.is_constant:
         what = "per-channel " if q is not None and len(q.scale) > 1 else ""
         raise ModelExecutionError(f"{ctx.op}: input {index} ({t.name if t is not None else '?'}) is {what}"
-                                  f"{array.dtype}; recurrent weights must be float32, or constant int8 with "
+                                  f"{array.dtype}; recurrent weights must be float, or constant int8 with "
                                   "one scale (hybrid)")
     values = np.asarray(t.data)
     return HybridWeight(values, np.float32(q.scale[0]), values.astype(np.int64).sum(axis=-1))
@@ -345,22 +353,132 @@ class BidirectionalSequenceLstm(Op):
         return _bidirectional_outputs(ctx, fw_ys, bw_ys)
 
 
+# --- full-integer SVDF (svdf.cc, reference_ops::EvalIntegerSVDF) -----------------------------------
+
+class IntegerSvdf(NamedTuple):
+    """What ``Prepare`` fixes for an int8 SVDF: the weights and the two rescalings."""
+    weights_feature: np.ndarray      # int8 [filters, n_input]
+    weights_time: np.ndarray         # int16 [filters, memory]
+    bias: np.ndarray | None          # int32 [units]
+    feature_rescale: tuple[int, int]  # input * weights_feature / state scale
+    output_rescale: tuple[int, int]   # state * weights_time / output scale
+    input_zp: int
+    output_zp: int
+
+
+def _integer_svdf_reason(op: Any, subgraph: Any) -> str | None:
+    """The official Eval refuses any int8 SVDF whose activation is not RELU (and then never applies it)."""
+    if op.inputs and op.inputs[0] >= 0 and subgraph.tensors[op.inputs[0]].dtype == "int8":
+        activation = op.options.get("fused_activation_function", "NONE")
+        if activation != "RELU":
+            return f"the full-integer SVDF only runs with fused activation RELU (the official kernel's check), " \
+                   f"got {activation}"
+    return None
+
+
+def _svdf_constant(ctx: OpContext, index: int, dtype: str, what: str) -> np.ndarray | None:
+    t = ctx.input(index)
+    if t is None:
+        return None
+    if t.dtype != dtype or t.data is None:
+        raise ModelExecutionError(f"{ctx.op}: full-integer SVDF: {what} (input {index}) must be a constant {dtype} "
+                                  f"tensor, got a {'constant' if t.data is not None else 'non-constant'} {t.dtype} one")
+    return np.asarray(t.data)
+
+
+def _first_scale(ctx: OpContext, t: Any, what: str) -> tuple[float, int]:
+    """``params.scale->data[0]`` and the zero point, as the official Prepare reads them (float32 values)."""
+    q = t.quantization if t is not None else None
+    if q is None or not q.scale:
+        raise ModelExecutionError(f"{ctx.op}: full-integer SVDF: {what} has no quantization scale")
+    return float(np.float32(q.scale[0])), int(q.zero_point[0]) if q.zero_point else 0
+
+
+def _integer_svdf(ctx: OpContext) -> IntegerSvdf:
+    wf = _svdf_constant(ctx, 1, "int8", "the feature weights")
+    wt = _svdf_constant(ctx, 2, "int16", "the time weights")
+    bias = _svdf_constant(ctx, 3, "int32", "the bias")
+    state_t, out_t = ctx.input(4), ctx.output(0)
+    if wf is None or wt is None or state_t is None:
+        raise ModelExecutionError(f"{ctx.op}: full-integer SVDF needs feature weights, time weights and a state")
+    if state_t.dtype != "int16" or out_t.dtype != "int8":
+        raise ModelExecutionError(f"{ctx.op}: full-integer SVDF needs an int16 state and an int8 output, got "
+                                  f"{state_t.dtype} and {out_t.dtype}")
+    s_in, zp_in = _first_scale(ctx, ctx.input(0), "the input")
+    s_wf, _ = _first_scale(ctx, ctx.input(1), "the feature weights")
+    s_wt, _ = _first_scale(ctx, ctx.input(2), "the time weights")
+    s_state, _ = _first_scale(ctx, state_t, "the state")
+    s_out, zp_out = _first_scale(ctx, out_t, "the output")
+    # double arithmetic on the float32 scales, as Prepare does; the weights' and the state's zero
+    # points are never read (the kernel assumes them 0)
+    return IntegerSvdf(wf, wt, bias, fp.quantize_multiplier(s_in * s_wf / s_state),
+                       fp.quantize_multiplier(s_state * s_wt / s_out), zp_in, zp_out)
+
+
+def _svdf_integer_step(ctx: OpContext, x: Any, state: Any) -> tuple[Any, Any]:
+    """(int8 output, new int16 state) of ``EvalIntegerSVDF``: the state shifts left one step per filter,
+    the newest column is the feature product rescaled to the state scale (int16 saturation); the time
+    product, rank reduction and bias accumulate in int32; then one rescale to the output, its zero point
+    and the int8 clamp (no activation: the RELU the op demands is not applied)."""
+    xp = ctx.xp
+    svdf = _integer_svdf(ctx)
+    batch = x.shape[0]
+    filters, memory = svdf.weights_time.shape
+    rank = int(ctx.options.rank)
+    units = filters // rank
+    if svdf.weights_feature.shape != (filters, x.shape[1]):
+        raise ModelExecutionError(f"{ctx.op}: the feature weights are {svdf.weights_feature.shape}, expected "
+                                  f"{(filters, x.shape[1])}")
+    if svdf.bias is not None and svdf.bias.shape != (units,):
+        raise ModelExecutionError(f"{ctx.op}: the bias has shape {svdf.bias.shape}, expected {(units,)}")
+    centred = x.astype(xp.int64) - svdf.input_zp
+    bound = qz.dot_bound(qz.centred_magnitude("int8", svdf.input_zp), svdf.weights_feature, 1)
+    feature = qz.exact_matmul(xp, centred, svdf.weights_feature.T.astype(np.int64), bound)
+    newest = xp.clip(fp.multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, feature), *svdf.feature_rescale),
+                     -32768, 32767)
+    window = xp.concatenate([xp.reshape(state.astype(xp.int64), (batch, filters, memory))[:, :, 1:],
+                             newest[:, :, None]], axis=2)
+    per_filter = xp.sum(window * svdf.weights_time.astype(np.int64)[None], axis=2)
+    acc = xp.sum(xp.reshape(per_filter, (batch, units, rank)), axis=2)
+    if svdf.bias is not None:
+        acc = acc + svdf.bias.astype(np.int64)
+    out = fp.multiply_by_quantized_multiplier(xp, fp.wrap_int32(xp, acc), *svdf.output_rescale) + svdf.output_zp
+    return xp.clip(out, -128, 127).astype(xp.int8), xp.reshape(window, (batch, filters * memory)).astype(xp.int16)
+
+
 @register("SVDF")
 class Svdf(Op):
     """Inputs: x [batch, in], feature weights [filters, in], time weights [filters, memory], bias
-    [units] (optional), state [batch, filters * memory] (a variable); units = filters / rank."""
+    [units] (optional), state [batch, filters * memory] (a variable); units = filters / rank.
+    Float, hybrid (int8 weights, float input) or full integer (int8 input: int8 feature weights,
+    int16 time weights and state, int32 bias, int8 output)."""
+    dtypes = ("float32", "int8")
+
+    def unsupported_reason(self, op: Any, subgraph: Any, target: Any) -> str | None:
+        return _integer_svdf_reason(op, subgraph) or super().unsupported_reason(op, subgraph, target)
 
     def compute(self, ctx: OpContext, x: Any, w_feature: Any, w_time: Any, bias: Any, state: Any) -> Any:
         xp = ctx.xp
-        w_feature, w_time = _weights(ctx, 1, (w_feature, w_time))
         _require_weight(ctx, w_feature, w_time)
-        w_time = _dequantized(w_time)
         rank = int(ctx.options.rank)
         filters, memory = w_time.shape
         batch = x.shape[0]
         if len(x.shape) != 2 or rank <= 0 or filters % rank or state is None:
             raise ModelExecutionError(f"{ctx.op}: expected a 2-D input, a state and rank dividing the "
                                       f"{filters} filters, got input {x.shape}, rank {rank}")
+        if int(np.prod(state.shape)) != batch * filters * memory:
+            raise ModelExecutionError(f"{ctx.op}: the state has shape {tuple(state.shape)}, expected "
+                                      f"{(batch, filters * memory)}")
+        if _is_integer(ctx):
+            reason = _integer_svdf_reason(ctx.op, ctx.subgraph)
+            if reason is not None:
+                raise ModelExecutionError(f"{ctx.op}: {reason}")
+            out, window = _svdf_integer_step(ctx, x, state)
+            _store_state(ctx, 4, xp.reshape(window, state.shape))
+            return out
+        w_feature, w_time = _weights(ctx, 1, (w_feature, w_time))
+        _require_weight(ctx, w_feature, w_time)
+        w_time = _dequantized(w_time)
         # The state is a sliding window of each filter's last `memory` feature activations.
         activations = _matmul_t(ctx, x, w_feature)[:, :, None]
         window = xp.concatenate([xp.reshape(state, (batch, filters, memory))[:, :, 1:], activations], axis=2)
