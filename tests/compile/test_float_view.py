@@ -392,3 +392,58 @@ def test_dequantize_constant_per_axis_with_zero_points():
                    quantization=quantization([0.5, 0.25], [1, -1], axis=1))
     t = b.build().main.tensors[c]
     np.testing.assert_array_equal(dequantize_constant(t), [[0, -0.25], [1, 1.25], [-3, 1.75]])
+
+
+# ---- weights that several subgraphs share --------------------------------------------------------
+
+def prefill_decode_model():
+    """Two signatures whose FULLY_CONNECTED ops read one int8 weight buffer and one int32 bias buffer,
+    as a converted decoder's ``prefill`` and ``decode`` do."""
+    rng = np.random.default_rng(11)
+    x_q, y_q, w_q = quantization(0.05, 2), quantization(0.2, -1), quantization(0.004)
+    b = ModelBuilder()
+    w_values = rng.integers(-127, 128, (32, 16)).astype(np.int8)
+    w = b.constant("w", w_values, quantization=w_q)
+    bias = b.constant("bias", rng.integers(-500, 500, 32).astype(np.int32),
+                      quantization=quantization(np.float32(0.05) * np.float32(0.004)))
+    for key, sg, batch in (("prefill", b, 4), ("decode", b.subgraph("decode"), 1)):
+        if sg is not b:  # the same buffers, as the converter deduplicates them
+            w = sg.tensor("w", (32, 16), "int8", quantization=w_q, buffer=b.tensors[w].buffer, raw=b.tensors[w].raw)
+            bias = sg.tensor("bias", (32,), "int32", quantization=b.tensors[bias].quantization,
+                             buffer=b.tensors[bias].buffer, raw=b.tensors[bias].raw)
+        x = sg.input("x", (batch, 16), "int8", quantization=x_q)
+        y = sg.tensor("y", (batch, 32), "int8", quantization=y_q)
+        sg.op("FULLY_CONNECTED", [x, w, bias], [y])
+        sg.output(y)
+        b.signature(key, sg)
+    return b.build()
+
+
+def test_subgraphs_sharing_a_quantized_weight_share_its_float_buffer():
+    model = prefill_decode_model()
+    view = float_view(model)
+    weights, biases = [], []
+    for sg in view.subgraphs:
+        fc = next(op for op in sg.operators if op.opcode_name == "FULLY_CONNECTED")
+        weights.append(sg.tensors[fc.inputs[1]])
+        biases.append(sg.tensors[fc.inputs[2]])
+    assert [t.name for t in weights] == ["w/dequantized"] * 2
+    assert weights[0].buffer == weights[1].buffer > 0 and biases[0].buffer == biases[1].buffer > 0
+    np.testing.assert_array_equal(weights[1].data, dequantize_constant(model.subgraphs[1].tensors[0]))
+    assert len(view.buffers) == len(model.buffers) + 2
+    assert read_model(to_bytes(view)) == view
+
+
+def test_the_xla_backend_holds_a_shared_dequantized_weight_once():
+    from litegpu.backends.xla import XlaBackend
+
+    model = prefill_decode_model()
+    view = float_view(model)
+    prefill = XlaBackend(view, 0)
+    decode = XlaBackend(view, 1, state=prefill.state)
+    assert [np.asarray(p).shape for p in prefill.state.params.values()] == [(32, 16)]  # the bias is too small
+    rng = np.random.default_rng(12)
+    for index, backend, batch in ((0, prefill, 4), (1, decode, 1)):
+        x = rng.integers(-128, 128, (batch, 16)).astype(np.int8)
+        expected = ReferenceBackend(view, index).run([x])[0]
+        np.testing.assert_array_equal(np.asarray(backend.run([x])[0]), expected)

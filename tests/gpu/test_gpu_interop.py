@@ -202,6 +202,27 @@ def test_outputs_feed_the_next_run_on_the_device(model):
     np.testing.assert_allclose(second[0].read(), affine(affine(x)), rtol=1e-6)
 
 
+@pytest.mark.parametrize("library", ["torch", "cupy", "jax"])
+def test_quick_api_and_write_take_dlpack_arrays_where_they_are(model, library):
+    """``model(tensor)`` and ``buffer.write(tensor)`` with another library's array: read in place (a GPU
+    tensor never goes through the host), and a write is a copy the producer's later changes do not reach."""
+    lib = PRODUCERS[library]()
+    x = sample(8)
+    source = lib.make(x)
+    signature = model._signature(0)
+    assert held_pointer(TensorBuffer(model._quick_input(signature, 0, source))) == lib.pointer(source)
+    np.testing.assert_allclose(model(source), affine(x), rtol=1e-6)
+    buffer = model.create_input_buffers(0)[0]
+    buffer.write(source)
+    if on_real_gpu():
+        assert buffer.is_on_device and buffer.device.platform == "gpu"
+    outputs = model.create_output_buffers(0)
+    if lib.fill is not None:
+        lib.fill(source, 2.0)
+    model.run_by_index(0, [buffer], outputs)
+    np.testing.assert_allclose(outputs[0].read(), affine(x), rtol=1e-6)
+
+
 # ---- run_async semantics (no timing) ---------------------------------------------------------------
 
 def test_run_async_returns_an_event_that_completes_the_outputs(model):

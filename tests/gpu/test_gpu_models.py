@@ -126,15 +126,9 @@ def test_microwakeword_int8_streaming_on_gpu_is_bit_exact(shared_models):
 
 # ---- held-out models ----------------------------------------------------------------------------
 
-# Bugs this file found with the CPU standing in for the GPU (fp16 fails at trace time, on any device).
-# Strict: when one is fixed, its XPASS fails here until the entry is removed.
-WHILE_FP16 = ("WHILE casts its loop carry to the declared float32 (ops/control_flow.py, `start = ...astype(`) "
-              "while the body's constants are float16 under precision fp16: MUL/ADD see mixed dtypes")
-LSTM_FP16 = ("UNIDIRECTIONAL_SEQUENCE_LSTM refuses float16 weights (ops/recurrent.py, the float32-or-int8 weight "
-             "check), which precision fp16 hands it")
-KNOWN_FP16_FAILURES = {"gru_dynamic": WHILE_FP16, "gru_float32": WHILE_FP16, "lstm_dynamic": WHILE_FP16,
-                       "lstm_float32": WHILE_FP16, "while_loop_float32": WHILE_FP16,
-                       "lstm_fused_dynamic": LSTM_FP16, "lstm_fused_float32": LSTM_FP16}
+# Known fp16 bugs (name -> why), found with the CPU standing in for the GPU (fp16 fails at trace time, on any
+# device).  Each is a strict xfail: when one is fixed, its XPASS fails here until the entry is removed.
+KNOWN_FP16_FAILURES: dict[str, str] = {}
 
 
 def heldout_params():

@@ -249,3 +249,98 @@ def test_call_with_the_wrong_number_of_inputs_names_the_op():
     b.output(out)
     with pytest.raises(LiteGpuError, match=r"CALL \(#0\).*subgraph 1 has 2 inputs.*expected 1 inputs"):
         ReferenceBackend(b.build()).run([np.ones(1, np.float32)])
+
+
+# ---- a reduced GPU precision: float32 tensors held as float16 through loops, branches and calls --------
+
+def affine_loop():
+    """while i < 4: i += 1; x = x * 0.5 + 0.25: the body's float constants are float16 under fp16."""
+    b = ModelBuilder()
+    i, x = b.input("i", (), "int32"), b.input("x", (3,))
+    cond = b.subgraph("cond")
+    ci, _ = cond.input("i", (), "int32"), cond.input("x", (3,))
+    k = cond.tensor("k", (), "bool")
+    cond.op("LESS", [ci, cond.constant("limit", np.array(4, np.int32))], [k])
+    cond.output(k)
+    body = b.subgraph("body")
+    bi, bx = body.input("i", (), "int32"), body.input("x", (3,))
+    ni, half, nx = body.tensor("i_next", (), "int32"), body.tensor("half", (3,)), body.tensor("x_next", (3,))
+    body.op("ADD", [bi, body.constant("one", np.array(1, np.int32))], [ni])
+    body.op("MUL", [bx, body.constant("k", np.full(3, 0.5, np.float32))], [half])
+    body.op("ADD", [half, body.constant("c", np.full(3, 0.25, np.float32))], [nx])
+    body.output(ni, nx)
+    oi, ox = b.tensor("oi", (), "int32"), b.tensor("ox", (3,))
+    b.op("WHILE", [i, x], [oi, ox], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    b.output(oi, ox)
+    return b.build(), [np.array(0, np.int32), np.array([1.0, -2.0, 8.0], np.float32)]
+
+
+def accumulating_loop():
+    """CALL_ONCE sets a variable to a float constant; the loop body adds x to it three times."""
+    b = ModelBuilder()
+    i, x = b.input("i", (), "int32"), b.input("x", (2,))
+    init = b.subgraph("init")
+    ih = init.tensor("h", (), "resource")
+    init.op("VAR_HANDLE", [], [ih], container="", shared_name="total")
+    init.op("ASSIGN_VARIABLE", [ih, init.constant("start", np.array([0.5, 1.0], np.float32))], [])
+    cond = b.subgraph("cond")
+    ci, _ = cond.input("i", (), "int32"), cond.input("x", (2,))
+    k = cond.tensor("k", (), "bool")
+    cond.op("LESS", [ci, cond.constant("limit", np.array(3, np.int32))], [k])
+    cond.output(k)
+    body = b.subgraph("body")
+    bi, bx = body.input("i", (), "int32"), body.input("x", (2,))
+    h = body.tensor("h", (), "resource")
+    body.op("VAR_HANDLE", [], [h], container="", shared_name="total")
+    old, new, ni = body.tensor("old", (2,)), body.tensor("new", (2,)), body.tensor("i_next", (), "int32")
+    body.op("READ_VARIABLE", [h], [old])
+    body.op("ADD", [old, bx], [new])
+    body.op("ASSIGN_VARIABLE", [h, new], [])
+    body.op("ADD", [bi, body.constant("one", np.array(1, np.int32))], [ni])
+    body.output(ni, bx)
+    b.op("CALL_ONCE", [], [], init_subgraph_index=init.index)
+    oi, ox = b.tensor("oi", (), "int32"), b.tensor("ox", (2,))
+    b.op("WHILE", [i, x], [oi, ox], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    mh, total = b.tensor("mh", (), "resource"), b.tensor("total", (2,))
+    b.op("VAR_HANDLE", [], [mh], container="", shared_name="total")
+    b.op("READ_VARIABLE", [mh], [total])
+    b.output(ox, total)
+    return b.build(), [np.array(0, np.int32), np.array([1.5, -2], np.float32)]
+
+
+def constant_or_scaled_branch():
+    """IF c: x * 3 else: a constant: one branch's result is traced, the other's a static weight."""
+    b = ModelBuilder()
+    c, x = b.input("c", (), "bool"), b.input("x", (2,))
+    then = b.subgraph("then")
+    tx, ty = then.input("x", (2,)), then.tensor("y", (2,))
+    then.op("MUL", [tx, then.constant("three", np.full(2, 3, np.float32))], [ty])
+    then.output(ty)
+    other = b.subgraph("else")
+    other.input("x", (2,))
+    other.output(other.constant("fixed", np.array([0.25, -4], np.float32)))
+    out = b.tensor("out", (2,))
+    b.op("IF", [c, x], [out], then_subgraph_index=then.index, else_subgraph_index=other.index)
+    b.output(out)
+    return b.build(), [np.array(True), np.array([0.5, -1], np.float32)]
+
+
+def calling_model():
+    built = call_model("CALL")
+    return built, [np.array([1, 2, 3, 4], np.float32), np.array([0.5, -1, 2, 0], np.float32)]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp16_fp32_accum"])
+@pytest.mark.parametrize("build", [affine_loop, accumulating_loop, constant_or_scaled_branch, calling_model])
+def test_control_flow_under_a_reduced_gpu_precision(build, precision):
+    # WHILE used to cast its carry back to the declared float32, meeting the body's float16 weights.
+    from litegpu.backends.xla import XlaBackend
+
+    model, inputs = build()
+    reference, backend = ReferenceBackend(model), XlaBackend(model, precision=precision)
+    for run in range(2):  # the second run continues from the variables of the first (CALL_ONCE done)
+        want = reference.run(list(inputs))
+        got = [np.asarray(y) for y in backend.run(list(inputs))]
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype, f"run {run}"
+            np.testing.assert_allclose(g, w, rtol=2e-3, atol=1e-3, err_msg=f"run {run}")

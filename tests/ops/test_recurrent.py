@@ -209,3 +209,95 @@ def test_svdf(rank, filters, memory, bias, activation):
     b.op("SVDF", ins, [y], rank=rank, fused_activation_function=activation)
     b.output(y)
     check_two_runs(b.build(), [[weights(rng, (batch, features), 1.0)] for _ in range(4)])
+
+
+# ---- a reduced GPU precision hands the float kernels float16 weights ------------------------------------
+
+def single_step_rnn_model():
+    rng = np.random.default_rng(9)
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    ins = [x, b.constant("w", weights(rng, (4, 3))), b.constant("r", weights(rng, (4, 4))),
+           b.constant("b", weights(rng, (4,))), b.tensor("h", (2, 4), is_variable=True)]
+    y = b.tensor("y", (2, 4))
+    b.op("RNN", ins, [y], fused_activation_function="TANH")
+    b.output(y)
+    return b.build(), (2, 3)
+
+
+def single_step_lstm_model():
+    rng = np.random.default_rng(10)
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    ins, out_units = lstm_weights(b, rng, "", 3, 4, peephole=True, projection=True)
+    ins += [b.tensor("h", (2, out_units), is_variable=True), b.tensor("c", (2, 4), is_variable=True)]
+    y = b.tensor("y", (2, out_units))
+    b.op("LSTM", [x] + ins, [y], fused_activation_function="TANH", kernel_type="FULL")
+    b.output(y)
+    return b.build(), (2, 3)
+
+
+def bidirectional_model(op):
+    rng = np.random.default_rng(11)
+    batch, time, features, units = 2, 3, 3, 4
+    shape = (batch, time, features)
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    if op == "BIDIRECTIONAL_SEQUENCE_LSTM":
+        fw, _ = lstm_weights(b, rng, "fw_", features, units)
+        bw, _ = lstm_weights(b, rng, "bw_", features, units, cifg=True)
+        states = [b.tensor(n, (batch, units), is_variable=True) for n in ("fw_h", "fw_c", "bw_h", "bw_c")]
+        ins = [x] + fw + bw + states + [-1] * 9
+    else:
+        ins = [x]
+        for d in ("fw", "bw"):
+            ins += [b.constant(f"{d}_w", weights(rng, (units, features))),
+                    b.constant(f"{d}_r", weights(rng, (units, units))),
+                    b.constant(f"{d}_b", weights(rng, (units,))), b.tensor(f"{d}_h", (batch, units), is_variable=True)]
+        ins += [-1] * 3
+    y = b.tensor("y", shape[:2] + (2 * units,))
+    b.op(op, ins, [y], time_major=False, merge_outputs=True, fused_activation_function="TANH")
+    b.output(y)
+    return b.build(), shape
+
+
+def svdf_model():
+    rng = np.random.default_rng(12)
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    ins = [x, b.constant("wf", weights(rng, (4, 3))), b.constant("wt", weights(rng, (4, 3))),
+           b.constant("b", weights(rng, (2,))), b.tensor("state", (2, 12), is_variable=True)]
+    y = b.tensor("y", (2, 2))
+    b.op("SVDF", ins, [y], rank=2, fused_activation_function="NONE")
+    b.output(y)
+    return b.build(), (2, 3)
+
+
+REDUCED_PRECISION_MODELS = {
+    "UNIDIRECTIONAL_SEQUENCE_RNN": lambda: rnn_model(2, 3, 3, 4, False, "TANH"),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": lambda: lstm_model(2, 3, 3, 4, False, peephole=True, projection=True),
+    "RNN": single_step_rnn_model,
+    "LSTM": single_step_lstm_model,
+    "BIDIRECTIONAL_SEQUENCE_RNN": lambda: bidirectional_model("BIDIRECTIONAL_SEQUENCE_RNN"),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": lambda: bidirectional_model("BIDIRECTIONAL_SEQUENCE_LSTM"),
+    "SVDF": svdf_model,
+}
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp16_fp32_accum"])
+@pytest.mark.parametrize("op", sorted(REDUCED_PRECISION_MODELS))
+def test_float_recurrent_ops_take_the_float16_weights_of_a_reduced_precision(op, precision):
+    # fp16 holds float32 weights as float16; the kernels took only float32 (or hybrid int8) weights.
+    from litegpu.backends import ReferenceBackend
+    from litegpu.backends.xla import XlaBackend
+
+    model, shape = REDUCED_PRECISION_MODELS[op]()
+    rng = np.random.default_rng(13)
+    reference, backend = ReferenceBackend(model), XlaBackend(model, precision=precision)
+    for run in range(2):  # the state the first run leaves is where the second one starts
+        x = weights(rng, shape, 1.0)
+        for got, want in zip(backend.run([x]), reference.run([x])):
+            got = np.asarray(got)
+            assert got.dtype == want.dtype == np.float32
+            np.testing.assert_allclose(got, want, rtol=0, atol=5e-3 * max(1.0, float(np.abs(want).max())),
+                                       err_msg=f"{op} {precision} run {run}")

@@ -345,3 +345,69 @@ def test_signature_order_differs_from_subgraph_order():
     ours.resize_input_tensor(0, [3])
     ours.resize_input_tensor(1, [3])
     assert [d["shape"] for d in ours.get_output_tensor_details("f").values()] == [[3], [3]]
+
+
+# ---- inputs from other libraries (torch, cupy, jax) through DLPack --------------------------------
+
+class ForeignArray:
+    """Another library's array as litegpu sees a torch tensor: DLPack, and a dtype numpy does not know."""
+
+    def __init__(self, array):
+        self._array, self.shape, self.dtype = array, array.shape, f"foreign.{array.dtype.name}"
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_quick_api_and_input_maps_take_dlpack_arrays(two_sig_bytes):
+    model = lg.CompiledModel.from_buffer(two_sig_bytes)
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 4, np.float32)
+    total, diff = model(ForeignArray(a), ForeignArray(b))
+    np.testing.assert_array_equal(total, a + b)
+    np.testing.assert_array_equal(diff, a - b)
+    np.testing.assert_array_equal(model.run({"rhs": ForeignArray(b), "lhs": a}, signature_key="sum")["total"], a + b)
+    outs = {"total": model.create_output_buffer_by_name("sum", "total"),
+            "diff": model.create_output_buffer_by_name("sum", "diff")}
+    model.run_by_name("sum", {"lhs": ForeignArray(a), "rhs": ForeignArray(b)}, outs)
+    np.testing.assert_array_equal(outs["diff"].read(), a - b)
+    model.run_by_index(0, [ForeignArray(b), ForeignArray(a)], [outs["total"], outs["diff"]])
+    np.testing.assert_array_equal(outs["diff"].read(), b - a)
+
+
+def test_dlpack_host_inputs_are_read_in_place(two_sig_bytes):
+    model = lg.CompiledModel.from_buffer(two_sig_bytes)
+    s = model._signature("sum")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.shares_memory(model._quick_input(s, 0, ForeignArray(a)), a)
+    assert np.shares_memory(model._input_value(s, 0, ForeignArray(a))[0], a)
+
+
+def test_jax_arrays_stay_device_arrays_into_a_run(two_sig_bytes):
+    jnp = pytest.importorskip("jax.numpy")
+    model = lg.CompiledModel.from_buffer(two_sig_bytes)
+    u = jnp.arange(4, dtype=jnp.float32)
+    assert model._quick_input(model._signature("scale"), 0, u) is u
+    np.testing.assert_array_equal(model(u=u, signature_key="scale"), [0, 3, 6, 9])
+
+
+@pytest.mark.parametrize("lhs, match", [
+    (np.ones((2, 3), np.float64), "input 'lhs' of signature 'sum' is float32.*got float64"),
+    (np.ones((3, 2), np.float32), r"input 'lhs' of signature 'sum' has shape \[2, 3\].*got \[3, 2\]"),
+])
+def test_dlpack_inputs_of_the_wrong_dtype_or_shape_are_refused(two_sig_bytes, lhs, match):
+    model = lg.CompiledModel.from_buffer(two_sig_bytes)
+    rhs = np.ones((2, 3), np.float32)
+    with pytest.raises(lg.TensorBufferError, match=match):
+        model(ForeignArray(lhs), rhs)
+    outs = model.create_output_buffers("sum")
+    with pytest.raises(lg.TensorBufferError, match=match):
+        model.run_by_index(0, [ForeignArray(lhs), rhs], outs)
+
+
+def test_quick_api_takes_torch_tensors(two_sig_bytes):
+    torch = pytest.importorskip("torch")
+    model = lg.CompiledModel.from_buffer(two_sig_bytes)
+    np.testing.assert_array_equal(model(u=torch.arange(4, dtype=torch.float32), signature_key="scale"), [0, 3, 6, 9])

@@ -118,3 +118,62 @@ def test_destroyed_buffer_raises_closed_error():
         buf.read()
     with pytest.raises(lg.ClosedError):
         buf.write(np.zeros(2, np.float32))
+
+
+# ---- writes from other libraries' arrays (torch, cupy...) through DLPack ---------------------------
+
+class ForeignArray:
+    """Another library's array as litegpu sees a torch tensor: DLPack, and a dtype numpy does not know."""
+
+    def __init__(self, array, device=None):
+        self._array, self._device = array, device
+        self.shape, self.dtype = array.shape, f"foreign.{array.dtype.name}"
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._device or self._array.__dlpack_device__()
+
+
+@pytest.mark.parametrize("wraps_caller_memory", [False, True])
+def test_write_takes_a_dlpack_array_and_copies_it(wraps_caller_memory):
+    target = np.zeros((2, 3), np.float32)
+    buf = TensorBuffer.create_from_host_memory(target) if wraps_caller_memory else TensorBuffer.create((2, 3))
+    source = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf.write(ForeignArray(source))
+    source[0, 0] = 99  # a write copies: later changes to the source are not the buffer's
+    np.testing.assert_array_equal(buf.read(), np.arange(6).reshape(2, 3))
+    if wraps_caller_memory:
+        np.testing.assert_array_equal(target, np.arange(6).reshape(2, 3))
+
+
+@pytest.mark.parametrize("data,match", [
+    (np.ones((2, 2), np.float64), "cannot write float64"),
+    (np.ones((2, 2), np.int32), "cannot write int32"),
+    (np.ones((4,), np.float32), "rank"),
+])
+def test_bad_dlpack_writes_raise_tensor_buffer_errors(data, match):
+    buf = TensorBuffer(np.zeros((2, 2), np.float32), name="image")
+    with pytest.raises(lg.TensorBufferError, match=match):
+        buf.write(ForeignArray(data))
+
+
+def test_a_dlpack_array_on_a_device_jax_cannot_reach_is_a_clear_error():
+    from litegpu.backends.xla import available_platforms
+
+    if "gpu" in available_platforms():
+        pytest.skip("JAX sees a GPU here: the array below would claim to live on it")
+    buf = TensorBuffer.create((2,), name="x")
+    cuda = (2, 0)  # kDLCUDA, device 0
+    with pytest.raises(lg.TensorBufferError, match=r"cannot write ForeignArray into tensor 'x'.*DLPack device 2"):
+        buf.write(ForeignArray(np.ones(2, np.float32), device=cuda))
+
+
+def test_write_of_a_torch_tensor():
+    torch = pytest.importorskip("torch")
+    buf = TensorBuffer.create((2, 3))
+    buf.write(torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    np.testing.assert_array_equal(buf.read(), np.arange(6).reshape(2, 3))
+    with pytest.raises(lg.TensorBufferError, match="float64"):
+        buf.write(torch.zeros((2, 3), dtype=torch.float64))

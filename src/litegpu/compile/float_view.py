@@ -28,7 +28,7 @@ integer kernels; only the boundary around them changes.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -94,9 +94,9 @@ def float_view(model: Model) -> Model:
     """The model computed in float with fake quantization; a model without quantized tensors is returned as is."""
     if not has_quantized_values(model):
         return model
-    buffers = list(model.buffers)
+    buffers = _DequantizedBuffers(list(model.buffers))
     subgraphs = tuple(_SubgraphRewrite(sg, buffers).run() for sg in model.subgraphs)
-    return replace(model, subgraphs=subgraphs, buffers=tuple(buffers))
+    return replace(model, subgraphs=subgraphs, buffers=tuple(buffers.buffers))
 
 
 def model_for_platform(model: Model, platform: str, quantized_execution: str = "float") -> Model:
@@ -147,10 +147,45 @@ def _params(t: Tensor) -> tuple:
     return t.dtype, tuple(q.scale), tuple(q.zero_point or (0,)), q.quantized_dimension
 
 
+class _DequantizedBuffers:
+    """The rewritten model's buffers: the original ones, then the float32 constants.
+
+    A quantized weight buffer that several tensors read (a ``prefill`` and a ``decode`` subgraph of
+    one decoder) is dequantized once into one float32 buffer that all of them read, so the XLA
+    backend, which keeps one device array per buffer, holds that weight once and not once per
+    subgraph (a 3 GB int8 decoder with two signatures would otherwise need 24 GB of float32)."""
+
+    def __init__(self, buffers: list[Buffer]):
+        self.buffers = buffers
+        self._made: dict[tuple, int] = {}  # what a float32 buffer was dequantized from -> its index
+
+    def add(self, values: Callable[[], np.ndarray], source: tuple | None) -> int:
+        """The index of a buffer holding ``values()`` (computed only when ``source`` is new)."""
+        if source is not None and source in self._made:
+            return self._made[source]
+        raw = np.ascontiguousarray(values(), np.float32).reshape(-1).view(np.uint8)
+        self.buffers.append(Buffer(raw if raw.size else None))
+        index = len(self.buffers) - 1
+        if source is not None:
+            self._made[source] = index
+        return index
+
+
+def _dequantized_source(t: Tensor, scale: np.ndarray | None = None) -> tuple | None:
+    """What determines a constant's dequantized values: its buffer, type, shape and quantization
+    (``scale``: a bias's scale taken from its op).  None where the tensor reads no shared buffer."""
+    if t.buffer <= 0 or t.sparsity is not None:
+        return None
+    q = t.quantization
+    params = None if q is None else (tuple(q.scale), tuple(q.zero_point or ()), q.quantized_dimension)
+    override = None if scale is None else tuple(np.asarray(scale, np.float64).reshape(-1).tolist())
+    return t.buffer, t.dtype, tuple(t.shape), params, override
+
+
 class _SubgraphRewrite:
     """Rewrites one subgraph; tensors keep their indices, new tensors and ops are appended."""
 
-    def __init__(self, sg: Subgraph, buffers: list[Buffer]):
+    def __init__(self, sg: Subgraph, buffers: _DequantizedBuffers):
         self.sg, self.buffers = sg, buffers
         self.tensors: list[Tensor] = list(sg.tensors)
         self.ops: list[Operator] = []
@@ -170,12 +205,14 @@ class _SubgraphRewrite:
         return replace(self.sg, tensors=tuple(self.tensors), operators=tuple(self.ops))
 
     # ---- tensors and ops ------------------------------------------------------------------
-    def _new_tensor(self, like: Tensor, suffix: str, data: np.ndarray | None = None) -> int:
+    def _new_tensor(self, like: Tensor, suffix: str, data: Callable[[], np.ndarray] | None = None,
+                    source: tuple | None = None) -> int:
+        """A float32 tensor like ``like``; a constant one when ``data`` (its values, computed only
+        if no other tensor dequantized the same ``source`` before) is given."""
         buffer, raw = 0, None
         if data is not None:
-            raw = np.ascontiguousarray(data, np.float32).reshape(-1).view(np.uint8)
-            self.buffers.append(Buffer(raw if raw.size else None))
-            buffer, raw = len(self.buffers) - 1, (raw if raw.size else None)
+            buffer = self.buffers.add(data, source)
+            raw = self.buffers.buffers[buffer].data
         self.tensors.append(replace(like, index=len(self.tensors), name=f"{like.name}/{suffix}", dtype="float32",
                                     buffer=buffer, raw=raw, quantization=None, is_variable=False, sparsity=None))
         return len(self.tensors) - 1
@@ -193,7 +230,7 @@ class _SubgraphRewrite:
             return self.floats[index]
         t = self.sg.tensors[index]
         if t.is_constant:
-            result = self._new_tensor(t, "dequantized", dequantize_constant(t))
+            result = self._new_tensor(t, "dequantized", lambda: dequantize_constant(t), _dequantized_source(t))
         else:
             result = self._new_tensor(t, "dequantized")
             self._emit_new("DEQUANTIZE", [self._integer(index)], [result])
@@ -217,7 +254,8 @@ class _SubgraphRewrite:
             if t.quantization is None or not t.quantization.is_affine:
                 x, w = (self.sg.tensors[op.inputs[p]] for p in positions[:2])
                 scale = np.float64(np.float32(x.quantization.scale[0])) * np.asarray(w.quantization.scale, np.float64)
-            self.bias_constants[index] = self._new_tensor(t, "dequantized", dequantize_constant(t, scale))
+            self.bias_constants[index] = self._new_tensor(t, "dequantized", lambda: dequantize_constant(t, scale),
+                                                          _dequantized_source(t, scale))
         return self.bias_constants[index]
 
     # ---- ops --------------------------------------------------------------------------------

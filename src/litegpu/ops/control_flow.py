@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
-from ..ir import numpy_dtype
+from ..ir import Tensor, numpy_dtype
 from .registry import Op, OpContext, register
 
 ANY_DTYPE = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool", "resource")
@@ -57,17 +57,38 @@ def _variable_scope(ctx: OpContext, variables: dict) -> Iterator[dict]:
         store.update(saved)
 
 
+# What a reduced GPU precision (``litegpu.compile.precision``) holds float32 tensors in.
+_PRECISION_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _held_dtype(t: Tensor, value: Any) -> np.dtype:
+    """The dtype a value of ``t`` keeps through a loop, a branch or a call.
+
+    Under a reduced GPU precision the XLA backend holds every tensor the model declares float32
+    (the called subgraph's weights and results included) in float16, and hands kernels such tensors
+    in the precision's compute dtype.  A float of a float32 tensor therefore keeps the dtype it
+    arrives in: cast back to float32 it would meet the body's float16 weights (mixed types in
+    MUL/ADD) and undo the precision.  Everything else takes its declared dtype.
+    """
+    declared = np.dtype(numpy_dtype(t.dtype))
+    dtype = getattr(value, "dtype", None)
+    if t.dtype == "float32" and dtype is not None and np.dtype(dtype) in _PRECISION_FLOATS:
+        return np.dtype(dtype)
+    return declared
+
+
 def _as_output_dtype(ctx: OpContext, values: Sequence[Any]) -> list[Any]:
-    """Cast traced results to the op's output dtypes, so that both sides of a loop or branch agree."""
+    """Cast traced results to the op's output dtypes as the backend holds them (``_held_dtype``), so that
+    both sides of a loop or branch agree."""
     out = []
     for i, v in enumerate(values):
         t = ctx.output(i)
         if t.dtype in ("resource", "variant", "string") or v is None:
             out.append(v)
         elif isinstance(v, np.ndarray):  # static values stay numpy, so later shape arithmetic folds
-            out.append(v.astype(numpy_dtype(t.dtype), copy=False))
+            out.append(v.astype(_held_dtype(t, v), copy=False))
         else:
-            out.append(ctx.xp.asarray(v).astype(numpy_dtype(t.dtype)))
+            out.append(ctx.xp.asarray(v).astype(_held_dtype(t, v)))
     return out
 
 
@@ -127,7 +148,7 @@ class While(Op):
             new_dynamic = tuple(jnp.asarray(results[i]).astype(d.dtype) for i, d in zip(carried, dynamic))
             return new_dynamic, new_variables
 
-        start = tuple(jnp.asarray(values[i]).astype(numpy_dtype(ctx.input(i).dtype)) for i in carried)
+        start = tuple(jnp.asarray(values[i]).astype(_held_dtype(ctx.input(i), values[i])) for i in carried)
         try:
             final, variables = lax.while_loop(cond_fn, body_fn, (start, dict(ctx.variables)))
         except TypeError as e:  # the body's results differ in shape or dtype from its inputs

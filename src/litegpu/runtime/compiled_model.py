@@ -5,7 +5,7 @@
     inputs[0].write(x)
     model.run_by_index(0, inputs, outputs)          # or: event = model.run_async(0, inputs, outputs)
     y = outputs[0].read()
-    y = model(x)                                    # quick form: numpy in, numpy out
+    y = model(x)                                    # quick form: numpy (or torch, cupy, jax) in, numpy out
 
 Each signature is lowered to one ``jax.jit`` program when it first runs and
 compiled again, and cached, for each new input shape.
@@ -33,7 +33,7 @@ from .environment import Environment
 from .event import Event
 from .model import Model, SignatureInfo, read, signatures_of
 from .options import HardwareAccelerator, Options, resolve_options
-from .tensor_buffer import TensorBuffer
+from .tensor_buffer import TensorBuffer, as_array
 
 HOST_MEMORY_BUFFER_TYPE = 1  # kLiteRtTensorBufferTypeHostMemory, what the official requirements report
 
@@ -448,6 +448,7 @@ class CompiledModel:
         expected_dtype = np.dtype(numpy_dtype(t.dtype))
         expected_shape = tuple(self._input_shapes[s.index][i])
         event = None
+        value = as_array(value, f"input {name!r} of signature {s.key!r}")
         if isinstance(value, TensorBuffer):
             event = value.event
             data = value._data()
@@ -554,7 +555,8 @@ class CompiledModel:
 
     # ---- quick API --------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any] | Sequence[Any], signature_key: str | int = 0) -> dict[str, np.ndarray]:
-        """numpy in, numpy out: ``model.run({"x": x}) -> {"y": y}``.
+        """numpy in, numpy out: ``model.run({"x": x}) -> {"y": y}``.  Inputs may also be TensorBuffers or
+        any DLPack array (torch, cupy, jax): read where they are, a GPU tensor without a trip through the host.
 
         Dimensions that are -1 in the model's shape signature may take any size (compiled per shape);
         dtypes and the other dimensions must match.
@@ -578,6 +580,7 @@ class CompiledModel:
         name, t_index = s.inputs[i]
         t = self._tensor(s, t_index)
         dtype = np.dtype(numpy_dtype(t.dtype))
+        x = as_array(x, f"input {name!r} of signature {s.key!r}")
         if isinstance(x, TensorBuffer):
             x = x._data()
         elif not (hasattr(x, "dtype") and hasattr(x, "shape")):

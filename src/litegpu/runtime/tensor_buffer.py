@@ -32,6 +32,25 @@ def _dtype_name(dtype: Any) -> str:
     return np.dtype(dtype).name
 
 
+def is_foreign_dlpack(value: Any) -> bool:
+    """An array of another library (torch, cupy...) that only DLPack tells us how to read:
+    its ``dtype`` is not one numpy understands, so it must be imported before it is checked."""
+    return (hasattr(value, "__dlpack__") and not isinstance(value, (np.ndarray, TensorBuffer))
+            and not _is_device_array(value))
+
+
+def as_array(value: Any, what: str = "the data") -> Any:
+    """``value`` as the numpy array (host memory) or jax array (device memory) it shares memory with,
+    imported through DLPack without a copy when it is another library's array (``TensorBuffer.from_dlpack``:
+    a GPU tensor stays on the GPU).  Anything else is returned as it is."""
+    if not is_foreign_dlpack(value):
+        return value
+    try:
+        return TensorBuffer.from_dlpack(value)._data()
+    except TensorBufferError as e:
+        raise TensorBufferError(f"{what}: {e}") from e
+
+
 class TensorBuffer:
     """Data of one tensor.  Thread-safe for concurrent reads; a write or a run replacing the data
     takes the buffer's lock.  ``event`` is the completion of the run that produces the data, if any;
@@ -127,8 +146,11 @@ class TensorBuffer:
 
     # ---- data -------------------------------------------------------------------------------
     def write(self, data_array: Any) -> None:
-        """Copy ``data_array`` in; it must have the buffer's dtype and shape (python lists/scalars are converted)."""
+        """Copy ``data_array`` in; it must have the buffer's dtype and shape (python lists/scalars are converted).
+        Any DLPack array (torch, cupy, jax) is accepted; one in device memory is copied on its device."""
         self._check_open()
+        foreign = is_foreign_dlpack(data_array)
+        data_array = as_array(data_array, f"cannot write {type(data_array).__name__} into {self._what()}")
         if not (hasattr(data_array, "dtype") and hasattr(data_array, "shape")):
             data_array = np.asarray(data_array, dtype=self._dtype)
         dtype, shape = np.dtype(data_array.dtype), tuple(int(d) for d in data_array.shape)
@@ -147,7 +169,10 @@ class TensorBuffer:
         with self._lock:
             if _is_device_array(data_array):
                 if self._owns_host_memory:
-                    self._array = data_array   # device arrays are immutable: holding it is a copy-free write
+                    # A jax array is immutable: holding it is a copy-free write.  One imported from torch or
+                    # cupy shares their memory, which they may change once write returns: copied on its
+                    # device, and the copy finished first.
+                    self._array = data_array.copy().block_until_ready() if foreign else data_array
                 else:
                     np.copyto(self._array, np.asarray(data_array))
             elif isinstance(self._array, np.ndarray) and self._array.flags.writeable:
