@@ -44,21 +44,11 @@ def on_real_gpu() -> bool:
 
 
 def make_environment() -> Any:
-    """The Environment the tests create models with: the real one, or the CPU standing in for a GPU."""
-    import litegpu as lg
+    """The Environment the tests create models with: the real one, or the CPU standing in for a GPU
+    (the one ``bench/bench_gpu.py --accelerator cpu`` uses)."""
+    from oracle import load_bench_module
 
-    if on_real_gpu():
-        return lg.Environment.create()
-
-    class CpuStandingInForGpu(lg.Environment):
-        @staticmethod
-        def platforms() -> set[str]:
-            return {"cpu", "gpu"}
-
-        def device(self, platform: str) -> Any:
-            return super().device("cpu")
-
-    return CpuStandingInForGpu()
+    return load_bench_module("bench_gpu").environment("gpu" if on_real_gpu() else "cpu")
 
 
 def expected_platform() -> str:
