@@ -6,6 +6,7 @@ interpreter: load, prefill (the first includes tracing and compiling), decode st
 memory is the kernel's VmHWM; RssFile is the part that is pages of the memory-mapped model file.
 
     python bench/bench_big_model.py --gigabytes 3.2 --weights float16 [--official builtin] [--keep DIR]
+        [--fold-growth-mib M]
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ import numpy as np
 import jax, litegpu
 import litegpu.ops._catalog
 path, steps = sys.argv[1], int(sys.argv[2])
+if len(sys.argv) > 3:  # --fold-growth-mib: how much float16 -> float32 (etc.) the backend folds at load
+    import litegpu.backends.xla
+    litegpu.backends.xla.FOLD_GROWTH_BUDGET_BYTES = int(float(sys.argv[3]) * 2**20)
 phases = [("imports", 0.0, memory())]
 t = time.perf_counter()
 with warnings.catch_warnings():
@@ -162,14 +166,17 @@ def main() -> int:
                    help="also run the official interpreter (builtin kernels, or with XNNPACK)")
     p.add_argument("--alignment", type=int, default=None,
                    help="experiment: write with this block alignment instead of the writer's (see decoder_model.py)")
+    p.add_argument("--fold-growth-mib", type=float, default=None,
+                   help="experiment: litegpu's FOLD_GROWTH_BUDGET_BYTES in MiB (weights converted once at load "
+                        "into bigger ones, float16 -> float32, instead of in every run)")
     p.add_argument("--keep", type=Path, help="write the model into this folder and keep it")
     p.add_argument("--json", type=Path, help="write all numbers here")
     args = p.parse_args()
-    folder = args.keep or Path(tempfile.mkdtemp(prefix="litegpu-big-", dir=os.environ.get("TMPDIR", "/tmp")))
-    folder.mkdir(parents=True, exist_ok=True)
     report: dict = {}
     path = args.model
     if path is None:
+        folder = args.keep or Path(tempfile.mkdtemp(prefix="litegpu-big-", dir=os.environ.get("TMPDIR", "/tmp")))
+        folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"decoder_{args.weights}_{args.gigabytes:g}gb.tflite"
         report["write"] = write_model(path, args.gigabytes, args.weights, args.width, args.alignment)
         print(report["write"]["summary"])
@@ -179,7 +186,8 @@ def main() -> int:
         os.posix_fadvise(os.open(path, os.O_RDONLY), 0, 0, os.POSIX_FADV_DONTNEED)  # start from a cold page cache
     except (AttributeError, OSError):
         pass
-    report["litegpu"] = run_child(LITEGPU_CHILD, str(path), str(args.steps))
+    extra = [] if args.fold_growth_mib is None else [str(args.fold_growth_mib)]
+    report["litegpu"] = run_child(LITEGPU_CHILD, str(path), str(args.steps), *extra)
     print(table(f"litegpu, {path.name}, {size / 2**30:.2f} GiB", report["litegpu"], size))
     if args.official != "none":
         report["official"] = run_child(OFFICIAL_CHILD, str(path), str(args.steps), args.official)

@@ -1,10 +1,17 @@
 """The XLA backend: a subgraph traced into one ``jax.jit`` program, compiled once per input shape.
 
-Large float constants (weights) are passed to the program as device-resident
-parameters rather than embedded in it: compiling stays fast, and weights are
-transferred to the accelerator once.  Small and integer constants stay numpy
-values so that shapes, axes and paddings are static for XLA.
-Resource variables are threaded through the program as inputs and outputs.
+Large constants (weights: float ones, and the quantized integer ones of big models, int4 still packed)
+are passed to the program as device-resident parameters rather than embedded in it: compiling
+stays fast, weights are transferred to the accelerator once, and on the CPU they stay pages of
+the memory-mapped file.  Small constants stay numpy values so that shapes, axes and paddings are
+static for XLA.  Resource variables are threaded through the program as inputs and outputs.
+
+Weights that the program converts (float16 -> float32 DEQUANTIZE, int8 widened by a hybrid
+FULLY_CONNECTED, int4 unpacked) are converted where they are used, not at the program's start:
+ops that read only weights are traced when an op with a run-time input consumes their result,
+and the weights they read are tied to that input (``ops.common.tie_to``).  Otherwise XLA,
+seeing values that depend only on parameters, schedules every conversion first and holds all the
+converted weights at once (2x a float16 model's file, 8x an int4 one's).
 
 Weights and variables live in an :class:`XlaState` that all signatures of one
 compiled model share (TFLite shares resource variables between subgraphs, and
@@ -23,17 +30,33 @@ from typing import Any
 import numpy as np
 
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, ModelExecutionError
-from ..ir import Model, Subgraph, Tensor, numpy_dtype
+from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtype
+from ..ir.dtypes import SUB_BYTE_BITS
 from ..ops import Target
+from ..ops.common import opaque_zero, tie_to
 from .graph import STATEFUL_OPS, GraphRunner, OpRange
 
 # Float constants with more elements than this become program parameters.
 PARAM_MIN_ELEMENTS = 256
-# Ops on constants only (DEQUANTIZE of float16 weights, DENSIFY of sparse ones) run once at load while the
-# results fit in this many bytes; past it (a multi-GB float16 LLM) they stay in the program, so host memory
-# holds the weights once, in their stored dtype.
+# Quantized integer constants (weights) become program parameters when the model's quantized weights
+# take at least INT_PARAMS_MODEL_BYTES, those of at least INT_PARAM_MIN_BYTES each.  In smaller models
+# they stay in the program, where XLA folds the arithmetic on them (widening, zero points) at compile
+# time: mobilenet_v3_small_int8 ran 3 times slower with its weights as parameters.  In big ones they
+# would make the program, its compile time and memory grow with them: a 100 MB int8 decoder's HLO held
+# 377 MB of int32 constants and took 4.7 GB to compile.
+INT_PARAMS_MODEL_BYTES = 16 << 20
+INT_PARAM_MIN_BYTES = 64 << 10
+# Ops on constants only (DEQUANTIZE of float16 weights, DENSIFY of sparse ones) run once at load,
+# so that runs read their results instead of recomputing them.  Results no bigger than their inputs
+# are folded up to FOLD_BUDGET_BYTES.  Results bigger than their inputs (float16 -> float32 doubles,
+# int8 -> float32 quadruples) are folded only when all of them fit in FOLD_GROWTH_BUDGET_BYTES: in a
+# bigger model (a multi-GB float16 LLM) they stay in the program, converted where used, and host
+# memory holds the weights once, in their stored dtype.  Mobile float16 models (a few MB to tens of
+# MB) fold entirely.  (Converting in every run costs time: see BENCHMARKS.md, issue 9.)
 FOLD_BUDGET_BYTES = 512 << 20
+FOLD_GROWTH_BUDGET_BYTES = 64 << 20
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,8 +99,69 @@ def is_device_array(value: Any) -> bool:
     return type(value).__module__.startswith("jax") and hasattr(value, "block_until_ready")
 
 
-def _is_param(t: Tensor) -> bool:
-    return t.data is not None and t.dtype in FLOAT_DTYPES and t.num_elements > PARAM_MIN_ELEMENTS
+def _has_data(t: Tensor) -> bool:
+    """Whether ``t`` is a constant, without unpacking it (``t.data`` of an int4 weight is a copy)."""
+    return t.raw is not None and t.raw.size > 0
+
+
+def _is_param(t: Tensor, quantized_params: bool) -> bool:
+    if not _has_data(t) or t.sparsity is not None and t.dtype not in FLOAT_DTYPES:
+        return False
+    if t.dtype in FLOAT_DTYPES:
+        return t.num_elements > PARAM_MIN_ELEMENTS
+    # Only quantized weights: other integer constants (shapes, axes, index tables) stay static.
+    return (quantized_params and t.dtype in INTEGER_DTYPES and _is_quantized(t)
+            and t.raw.nbytes >= INT_PARAM_MIN_BYTES)
+
+
+def _quantized_weight_bytes(model: Model) -> int:
+    seen: dict[int, int] = {}
+    for sg in model.subgraphs:
+        for t in sg.tensors:
+            if _has_data(t) and t.dtype in INTEGER_DTYPES and _is_quantized(t):
+                seen[t.buffer if t.buffer > 0 else -id(t)] = t.raw.nbytes
+    return sum(seen.values())
+
+
+def _is_quantized(t: Tensor) -> bool:
+    q = t.quantization
+    return t.dtype in SUB_BYTE_BITS or q is not None and (q.is_affine or q.details is not None)
+
+
+def _param_array(t: Tensor) -> np.ndarray:
+    """What the device holds for a weight: its values, or for int4 / int2 the packed bytes
+    (unpacked in the program, see ``_unpack_sub_byte``), so the memory map is not copied."""
+    if t.dtype in SUB_BYTE_BITS:
+        return np.ascontiguousarray(t.raw.reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(t.data)
+
+
+def _unpack_sub_byte(jnp: Any, packed: Any, t: Tensor) -> Any:
+    """``ir.dtypes.unpack_sub_byte`` in the program: element i in the low bits first."""
+    bits = SUB_BYTE_BITS[t.dtype]
+    shifts = jnp.arange(0, 8, bits, dtype=jnp.uint8)
+    values = ((packed[:, None] >> shifts[None, :]) & jnp.uint8((1 << bits) - 1)).reshape(-1)[:t.num_elements]
+    if t.dtype.startswith("uint"):
+        return values.reshape(t.shape)
+    sign = jnp.int8(1 << (bits - 1))
+    return ((values.astype(jnp.int8) ^ sign) - sign).reshape(t.shape)
+
+
+def _quantization_tensors(t: Tensor) -> list[int]:
+    """Tensors that ``t``'s quantization details name (blockwise scales and zero points): ops
+    read them without taking them as inputs."""
+    details = t.quantization.details if t.quantization is not None else None
+    if details is None:
+        return []
+    found = []
+    for name in ("scales", "zero_points"):
+        try:
+            index = int(details.get(name, -1))
+        except (TypeError, ValueError):
+            continue
+        if index >= 0:
+            found.append(index)
+    return found
 
 
 # (storage, compute) dtype of float32 tensors per precision name; ``litegpu.compile.precision``
@@ -120,6 +204,151 @@ class _PolicyRunner(GraphRunner):
         return value
 
 
+class _Deferred:
+    """The output of an op that reads only weights: traced where an op consumes it (see _XlaRunner)."""
+
+    __slots__ = ("op_index",)
+
+    def __init__(self, op_index: int):
+        self.op_index = op_index
+
+
+def _zero_after(anchors: Sequence[Any]) -> Any:
+    """``ops.common.opaque_zero`` of the first numeric run-time value (None when there is none).
+    (``lax.optimization_barrier`` was measured not to keep XLA CPU from converting early.)"""
+    import jax.numpy as jnp
+    from jax import lax
+
+    for a in anchors:
+        dtype = getattr(a, "dtype", None)
+        if dtype is not None and getattr(a, "size", 0) and (
+                jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)):
+            return opaque_zero(jnp, lax, a)
+    return None
+
+
+class _XlaRunner(_PolicyRunner):
+    """Traces a subgraph for XLA with the weights as program parameters, converted where used.
+
+    An op whose inputs are weights (parameters, their folded results, other such ops' outputs)
+    and static values, with no run-time input, is not traced when the walk reaches it: its outputs
+    are ``_Deferred`` and each op with run-time inputs that consumes them traces them again from
+    the parameters, tied to its own run-time inputs.  Parameters that such an op reads directly
+    are tied too when the op receives them converted (unpacked int4, the precision policy) or as
+    integers (which its kernel widens).  Float parameters read as they are stay untied: there is
+    nothing for XLA to convert early, and tying would copy them.
+    """
+
+    def __init__(self, model: Model, target: Target, *, params: dict, state: XlaState, **kwargs: Any):
+        super().__init__(model, target, precomputed={where: params[key] for where, key in state.folded.items()},
+                         **kwargs)
+        self.params, self.state = params, state
+        self._zero: Any = None       # see _zero_after: from the run-time inputs of the op being traced
+        self._tie_all = False        # while tracing a deferred op for its consumer
+        self._memo: dict[int, Any] = {}
+
+    def _param(self, sg: Subgraph, index: int) -> Any:
+        key = self.state.param_key.get((sg.index, index))
+        return None if key is None else self.params.get(key)
+
+    def _is_weight(self, sg: Subgraph, values: dict, index: int) -> bool:
+        value = values.get(index)
+        if isinstance(value, _Deferred) or (sg.index, index) in self.precomputed:
+            return True
+        return value is None and self._param(sg, index) is not None
+
+    def _defers(self, sg: Subgraph, op: Operator, values: dict) -> bool:
+        if op.opcode_name in STATEFUL_OPS or called_subgraphs(op) or not op.outputs:
+            return False
+        if any((sg.index, t) in self.precomputed for t in op.outputs if t >= 0):
+            return False
+        inputs = [i for i in op.inputs if i >= 0]
+        weights = [i for i in inputs if self._is_weight(sg, values, i)]
+        if not weights:
+            return False
+        # every other input must be static: a numpy value, or a constant that is not a parameter
+        return all(isinstance(values.get(i), np.ndarray) or (i not in values and _has_data(sg.tensors[i]))
+                   for i in inputs if i not in weights)
+
+    def _run_op(self, sg: Subgraph, op_index: int, values: dict) -> None:
+        op = sg.operators[op_index]
+        if self._defers(sg, op, values):
+            for t in op.outputs:
+                if t >= 0:
+                    values[t] = _Deferred(op_index)
+            return
+        runtime = [values[i] for i in op.inputs if i >= 0 and i in values and not self._is_weight(sg, values, i)
+                   and not isinstance(values[i], np.ndarray)]
+        saved = self._zero, self._tie_all, self._memo
+        self._zero = _zero_after(runtime)
+        self._tie_all, self._memo = False, {}
+        try:
+            super()._run_op(sg, op_index, values)
+        finally:
+            self._zero, self._tie_all, self._memo = saved
+
+    def _value(self, sg: Subgraph, values: dict, index: int) -> Any:
+        if index >= 0:
+            value = values.get(index)
+            if isinstance(value, _Deferred):
+                return self._materialize(sg, index, values)
+            if value is None:
+                param = self._param(sg, index)
+                if param is not None:
+                    return self._read_param(sg.tensors[index], param)
+        return super()._value(sg, values, index)
+
+    def _materialize(self, sg: Subgraph, index: int, values: dict) -> Any:
+        """Trace the deferred op that writes ``index`` (and the deferred ops it reads) for the
+        consumer being traced, every parameter tied to that consumer's run-time inputs."""
+        if index in self._memo:
+            return self._memo[index]
+        op_index = values[index].op_index
+        op = sg.operators[op_index]
+        scratch = {i: values[i] for i in op.inputs if i >= 0 and i in values}
+        tie_all = self._tie_all
+        self._tie_all = True
+        try:
+            for i in op.inputs:
+                if i >= 0 and isinstance(scratch.get(i), _Deferred):
+                    scratch[i] = self._materialize(sg, i, values)
+            GraphRunner._run_op(self, sg, op_index, scratch)
+        finally:
+            self._tie_all = tie_all
+        for t in op.outputs:
+            if t >= 0:
+                self._memo[t] = scratch[t]
+        return scratch[index]
+
+    def _read_param(self, t: Tensor, param: Any) -> Any:
+        converts = (t.dtype in SUB_BYTE_BITS or t.dtype in INTEGER_DTYPES
+                    or (t.dtype == "float32" and self.compute != self.storage))
+        if self._tie_all or converts:
+            param = tie_to(self._xp, self._lax, param, self._zero)
+        if t.dtype in SUB_BYTE_BITS:
+            param = _unpack_sub_byte(self._xp, param, t)
+        if t.dtype == "float32" and self.compute != self.storage and param.dtype == self.storage:
+            param = param.astype(self.compute)
+        return param
+
+    def read_constant(self, sg: Subgraph, index: int) -> Any:
+        """A constant that an op reads outside its inputs (``ops.common.constant_tensor``)."""
+        param = self._param(sg, index)
+        return sg.tensors[index].data if param is None else self._read_param(sg.tensors[index], param)
+
+    @functools.cached_property
+    def _xp(self) -> Any:
+        import jax.numpy as jnp
+
+        return jnp
+
+    @functools.cached_property
+    def _lax(self) -> Any:
+        from jax import lax
+
+        return lax
+
+
 class XlaState:
     """Device-resident weights and resource variables of one model on one device."""
 
@@ -136,55 +365,86 @@ class XlaState:
     def _device_params(self, model: Model) -> dict[str, Any]:
         """One device array per weight buffer: tensors of several subgraphs (a ``prefill`` and a
         ``decode`` signature) that share a buffer share the array.  On the CPU a 64-byte aligned
-        float32 buffer of the memory map becomes the device array without a copy."""
+        buffer of the memory map becomes the device array without a copy."""
         jax = jax_module()
         params: dict[str, Any] = {}
+        quantized_params = _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
         for sg in model.subgraphs:
             for t in sg.tensors:
-                if not _is_param(t):
+                if not _is_param(t, quantized_params):
                     continue
                 shared = t.buffer > 0 and t.sparsity is None
                 key = f"buffer {t.buffer} {t.dtype}{list(t.shape)}" if shared else f"{sg.index}:{t.index}"
                 self.param_key[(sg.index, t.index)] = key
                 if key not in params:
-                    value = np.ascontiguousarray(t.data)
+                    value = _param_array(t)
                     if t.dtype == "float32" and self.storage != np.float32:
                         value = value.astype(self.storage)
                     params[key] = jax.device_put(value, self.device)
         return params
 
-
     def _fold_constant_ops(self, model: Model) -> None:
-        """Run, once and with the reference kernels, every op whose inputs are all constants and whose
-        outputs are big enough to be parameters; their outputs become device parameters, so the program
-        reads float32 weights instead of dequantizing float16 (or densifying sparse) weights every run."""
+        """Run, once and with the reference kernels, ops whose inputs are all constants and whose
+        outputs are big enough to be parameters (within the budgets above); their outputs become
+        device parameters, so the program reads float32 weights instead of dequantizing float16 (or
+        densifying sparse) weights every run.  Signatures that fold the same op on the same buffers
+        (``prefill`` and ``decode``) share one result."""
         jax = jax_module()
         runner = GraphRunner(model, Target.REFERENCE)
-        spent = 0
+        spent = {False: 0, True: 0}  # output bytes folded, by "the op grows its inputs"
+        # Growing folds are all or nothing: in a model past the budget they would buy a few percent
+        # of speed for as many percent of memory.
+        growth = _growth_to_fold(model)
+        budget = {False: FOLD_BUDGET_BYTES,
+                  True: FOLD_GROWTH_BUDGET_BYTES if growth <= FOLD_GROWTH_BUDGET_BYTES else -1}
         for sg in model.subgraphs:
             known: dict[int, Any] = {}
+            fold_keys: dict[int, str] = {}  # tensor -> the key its folded value has in params
             for op in sg.operators:
-                if op.opcode_name in STATEFUL_OPS or not op.outputs or not all(
-                        i < 0 or i in known or sg.tensors[i].data is not None for i in op.inputs):
+                outs = _foldable_outputs(sg, op, known)
+                if not outs:
                     continue
-                outs = [sg.tensors[t] for t in op.outputs if t >= 0]
-                size = sum(t.num_elements * np.dtype(numpy_dtype(t.dtype)).itemsize
-                           for t in outs if t.dtype not in ("resource", "variant", "string"))
-                if not outs or any(t.dtype not in FLOAT_DTYPES or t.num_elements <= PARAM_MIN_ELEMENTS
-                                   for t in outs) or spent + size > FOLD_BUDGET_BYTES:
+                size = sum(_tensor_bytes(t) for t in outs)
+                grows = _grows(sg, op, size)
+                keys = [self._fold_key(sg, op, t, fold_keys) for t in outs]
+                if all(k in self.params for k in keys):  # another signature folded the same op
+                    for t, key in zip(outs, keys):
+                        self._take_folded(sg, t, key, fold_keys, known)
+                    continue
+                if spent[grows] + size > budget[grows]:
                     continue
                 try:
                     runner._run_op(sg, op.index, known)
                 except Exception:  # not foldable here (the op will report it when the program runs)
                     continue
-                spent += size
-                for t in outs:
+                spent[grows] += size
+                for t, key in zip(outs, keys):
                     value = np.asarray(known[t.index])
                     if t.dtype == "float32" and self.storage != np.float32:
                         value = value.astype(self.storage)
-                    key = f"{sg.index}:{t.index}"
                     self.params[key] = jax.device_put(value, self.device)
-                    self.folded[(sg.index, t.index)] = key
+                    self._take_folded(sg, t, key, fold_keys, known)
+
+    def _take_folded(self, sg: Subgraph, t: Tensor, key: str, fold_keys: dict[int, str], known: dict) -> None:
+        self.folded[(sg.index, t.index)] = key
+        fold_keys[t.index] = key
+        if t.index not in known:  # later folds in this subgraph may read it
+            known[t.index] = np.asarray(self.params[key])
+
+    def _fold_key(self, sg: Subgraph, op: Operator, out: Tensor, fold_keys: dict[int, str]) -> str:
+        """Names an op's folded output by what it is computed from: the op, its options, its inputs'
+        buffers (or folded keys) with their types and quantization, and the output's type."""
+        def source(i: int) -> str:
+            if i < 0:
+                return "-"
+            t = sg.tensors[i]
+            where = fold_keys.get(i) or (f"buffer {t.buffer}" if t.buffer > 0 and t.sparsity is None
+                                         else f"{sg.index}:{i}")
+            return f"({where} {t.dtype}{list(t.shape)} {t.quantization!r})"
+
+        inputs = " ".join(source(i) for i in op.inputs)
+        return (f"fold {op.opcode_name} {op.options!r} [{inputs}] -> {op.outputs.index(out.index)} "
+                f"{out.dtype}{list(out.shape)} {out.quantization!r}")
 
     def _drop_unread_params(self, model: Model) -> None:
         """Weights that only folded ops read (the float16 originals) need not stay on the device."""
@@ -194,10 +454,65 @@ class XlaState:
             for op in sg.operators:
                 if not op.outputs or not all(t < 0 or (sg.index, t) in self.folded for t in op.outputs):
                     read.update(op.inputs)
+                    for i in op.inputs:  # blockwise scales: read by the op through its weights' quantization
+                        read.update(_quantization_tensors(sg.tensors[i]) if i >= 0 else ())
             still_read.update(self.param_key[(sg.index, t)] for t in read if (sg.index, t) in self.param_key)
         for key in [k for k in self.params if k not in still_read]:
             del self.params[key]
         self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
+
+
+def _foldable_outputs(sg: Subgraph, op: Operator, known: Any) -> list[Tensor]:
+    """The outputs of ``op`` if it can be folded at load (inputs all constants or ``known``
+    folded values, float outputs big enough to be parameters), else []."""
+    if op.opcode_name in STATEFUL_OPS or not op.outputs or called_subgraphs(op) or not all(
+            i < 0 or i in known or _has_data(sg.tensors[i]) for i in op.inputs):
+        return []
+    outs = [sg.tensors[t] for t in op.outputs if t >= 0]
+    if any(t.dtype not in FLOAT_DTYPES or t.num_elements <= PARAM_MIN_ELEMENTS for t in outs):
+        return []
+    return outs
+
+
+def _grows(sg: Subgraph, op: Operator, size: int) -> bool:
+    return size > sum(_tensor_bytes(sg.tensors[i]) for i in op.inputs if i >= 0)
+
+
+def _growth_to_fold(model: Model) -> int:
+    """Output bytes of the growing ops that folding everything would fold (shared buffers once)."""
+    total: dict[tuple, int] = {}
+    for sg in model.subgraphs:
+        known: set[int] = set()
+        for op in sg.operators:
+            outs = _foldable_outputs(sg, op, known)
+            known.update(t.index for t in outs)
+            size = sum(_tensor_bytes(t) for t in outs)
+            if outs and _grows(sg, op, size):
+                sources = tuple(sg.tensors[i].buffer if i >= 0 and sg.tensors[i].buffer > 0 else (sg.index, i)
+                                for i in op.inputs)
+                total[(op.opcode_name, sources)] = size
+    return sum(total.values())
+
+
+def _tensor_bytes(t: Tensor) -> int:
+    if t.dtype in ("resource", "variant", "string"):
+        return 0
+    if t.dtype in SUB_BYTE_BITS:
+        return (t.num_elements * SUB_BYTE_BITS[t.dtype] + 7) // 8
+    return t.num_elements * np.dtype(numpy_dtype(t.dtype)).itemsize
+
+
+def _release_freed_memory() -> None:
+    """Give the C heap's free pages back to the system around a compile.  XLA's compiler frees most of
+    what it allocates, and runs free their buffers, but glibc keeps the pages (0.3 GiB after compiling
+    a 3 GB decoder's prefill), and the next compile, whose allocations do not reuse them, peaks on
+    top of them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _shape_key(arrays: Sequence[Any]) -> tuple:
@@ -227,7 +542,11 @@ class XlaBackend:
         self.state = state if state is not None else XlaState(model, self.device, self.policy.storage_dtype)
         self.compiled_shapes: set[tuple] = set()
         self._shapes: dict[tuple, list[tuple[tuple[int, ...], np.dtype]]] = {}
-        self._program = self.jax.jit(self._trace)
+        # Every argument placed on the device: without shardings, jit compiles again when a run's
+        # inputs are committed device arrays (the previous run's outputs: a KV cache) where the first
+        # run's were host arrays (measured: a 3 GB decoder compiled its prefill twice, 13 s each).
+        on_device = self.jax.sharding.SingleDeviceSharding(self.device)
+        self._program = self.jax.jit(self._trace, in_shardings=on_device, out_shardings=on_device)
         # With a compile cache, compiled executables are serialized to disk and a later process
         # loads them instead of tracing and compiling (see litegpu.compile.cache).
         self.cache = cache
@@ -266,18 +585,9 @@ class XlaBackend:
 
     def _trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
         sg = self.subgraph
-
-        def constant(sg_index: int, t: Tensor) -> Any:
-            key = self.state.param_key.get((sg_index, t.index))
-            value = params.get(key) if key is not None else None
-            if value is not None:
-                return value
-            return self._to_storage(t.data, t)
-
-        precomputed = {where: params[key] for where, key in self.state.folded.items()}
-        runner = _PolicyRunner(self.model, self.target, constant=constant, variables=dict(variables),
-                               storage=self.policy.storage_dtype, compute=self.policy.compute_dtype,
-                               precomputed=precomputed)
+        runner = _XlaRunner(self.model, self.target, params=params, state=self.state,
+                            constant=lambda sg_index, t: self._to_storage(t.data, t), variables=dict(variables),
+                            storage=self.policy.storage_dtype, compute=self.policy.compute_dtype)
         edge_in, edge_out = (sg.inputs, sg.outputs) if self.op_range is None else (
             self.op_range.inputs, self.op_range.outputs)
         inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
@@ -303,9 +613,15 @@ class XlaBackend:
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous)."""
         args = self._place(inputs)
-        self.compiled_shapes.add(_shape_key(args))
+        shapes = _shape_key(args)
+        compiles = shapes not in self.compiled_shapes
+        if compiles:  # the buffers of earlier runs, freed but kept by the C heap, would add to its peak
+            _release_freed_memory()
+        self.compiled_shapes.add(shapes)
         program = self._program if self.cache is None else self._cached_executable(args)
         outputs, self.variables = program(self.params, self.variables, args)
+        if compiles:
+            _release_freed_memory()
         return outputs
 
     def _executable_key(self, args: Sequence[Any]) -> str:

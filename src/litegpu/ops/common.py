@@ -54,3 +54,54 @@ def float32_steps(lax: Any, x: Any) -> Any:
     import numpy as np
 
     return np.asarray(x, np.float64).astype(np.float32).astype(np.float64)
+
+
+def constant_tensor(ctx: Any, index: int) -> Any:
+    """A constant tensor that an op reads without taking it as an input (the scales named by
+    blockwise quantization details).  Under XLA the backend gives its device parameter where it
+    has one, so that a big constant is not baked into the program; otherwise the model's data."""
+    reader = getattr(ctx.backend, "read_constant", None)
+    if ctx.target.is_xla and reader is not None:
+        return reader(ctx.subgraph, index)
+    return ctx.subgraph.tensors[index].data
+
+
+def opaque_zero(xp: Any, lax: Any, x: Any) -> Any:
+    """A float32 -0.0 that XLA computes from the first element of ``x`` and cannot fold away, so
+    what reads it runs after ``x`` exists.  y + (-0.0) == y for every float y (-0.0 and NaN
+    included); the NaN that an inf or NaN element would give is replaced, so it is always -0.0."""
+    probe = x.reshape(-1)[0]
+    if xp.issubdtype(probe.dtype, xp.complexfloating):
+        probe = lax.real(probe)
+    probe = probe.astype(xp.float32)
+    zero = lax.neg(lax.abs(probe) * xp.float32(0))
+    return lax.select(lax.ne(zero, zero), xp.float32(-0.0), zero)  # NaN -> -0.0
+
+
+def computed_once(xp: Any, lax: Any, x: Any) -> Any:
+    """``x`` unchanged (an exact division by a run-time one), as a value XLA CPU materializes.
+    XLA CPU fuses a matrix-vector product whose matrix is converted (int8 weights widened) into
+    one loop and pulls the cheap ops that make the vector into it too, recomputing them for every
+    output element (5x slower decode steps measured); a division is an op it does not duplicate."""
+    if x.size == 0:
+        return x
+    one = (xp.float32(1) - opaque_zero(xp, lax, x)).astype(x.dtype)
+    return lax.div(x, one)
+
+
+def tie_to(xp: Any, lax: Any, value: Any, zero: Any) -> Any:
+    """``value``, bit for bit, but computed by XLA after the run-time value that ``zero`` (an
+    ``opaque_zero``, or None for no tie) was made from: XLA schedules values that depend only on
+    parameters (weights converted from float16, int8, int4) at the program's start, all at once.
+    Floats are tied through their bits, since XLA CPU flushes subnormals in float arithmetic."""
+    if zero is None:
+        return value
+    if value.dtype == xp.bool_:
+        return lax.bitwise_or(value, zero != 0)
+    if xp.issubdtype(value.dtype, xp.complexfloating):
+        return lax.complex(tie_to(xp, lax, lax.real(value), zero), tie_to(xp, lax, lax.imag(value), zero))
+    if xp.issubdtype(value.dtype, xp.floating):
+        bits = xp.dtype(f"int{8 * value.dtype.itemsize}")
+        tied = lax.add(lax.bitcast_convert_type(value, bits), lax.convert_element_type(zero, bits))
+        return lax.bitcast_convert_type(tied, value.dtype)
+    return lax.add(value, lax.convert_element_type(zero, value.dtype))

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as q
-from .common import fused_activation
+from .common import computed_once, constant_tensor, fused_activation, opaque_zero, tie_to
 from .registry import Op, OpContext, register
 
 
@@ -114,8 +114,11 @@ class FullyConnected(Op):
             return _integer_fc(jnp, ctx, x.reshape(rows, w.shape[1]), w, bias).reshape(out_shape)
         if ctx.input(1).dtype != "float32":
             return _hybrid_fc_dispatch(jnp, ctx, x.reshape(rows, w.shape[1]), w, bias, out_shape)
-        y = lax.dot_general(x.reshape(rows, w.shape[1]), w, (((1,), (1,)), ((), ())),
-                            precision=lax.Precision.HIGHEST)
+        x = x.reshape(rows, w.shape[1])
+        # Weights computed in the program (DEQUANTIZE of float16 ones) are converted slice by slice.
+        spans = [(0, w.shape[0])] if ctx.constant(1) is not None else _unit_spans(w, 4)
+        y = _chained_products(jnp, lax, spans, lambda start, stop, after: lax.dot_general(
+            x, tie_to(jnp, lax, w[start:stop], after), (((1,), (1,)), ((), ())), precision=lax.Precision.HIGHEST))
         return self._finish(ctx, jnp, y, bias, out_shape)
 
     @staticmethod
@@ -125,6 +128,36 @@ class FullyConnected(Op):
         return fused_activation(xp, y, ctx.options.fused_activation_function).reshape(out_shape)
 
 
+# Weights that the program converts (float16 -> float32, int8 -> int32, int4 -> float32) are
+# multiplied in slices of output units when their converted form would take more than this: XLA CPU
+# converts a matmul's weights whole, and schedules the conversions of independent matmuls together
+# (the float32 copy of an LLM's 32000 x 2048 vocabulary projection alone took 250 MiB of a 3 GB
+# model's run, an int8 MLP's int32 weights 171 MiB each).
+CONVERTED_WEIGHT_CHUNK_BYTES = 32 << 20
+
+
+def _unit_spans(w: Any, converted_itemsize: int, axis: int = 0) -> list[tuple[int, int]]:
+    """(start, stop) ranges of ``w``'s units (along ``axis``) to multiply by: one, unless ``w`` is a
+    value of the program (not numpy: a constant in the program is converted when compiling) whose
+    conversion would pass CONVERTED_WEIGHT_CHUNK_BYTES."""
+    units = w.shape[axis]
+    size = math.prod(w.shape) * converted_itemsize
+    if isinstance(w, np.ndarray) or size <= CONVERTED_WEIGHT_CHUNK_BYTES or units < 2:
+        return [(0, units)]
+    step = max(1, -(-units * CONVERTED_WEIGHT_CHUNK_BYTES // size))
+    return [(start, min(start + step, units)) for start in range(0, units, step)]
+
+
+def _chained_products(xp: Any, lax: Any, spans: list[tuple[int, int]], product: Any) -> Any:
+    """``product(start, stop, after)`` per span, concatenated along the last axis.  Each product ties
+    its weights to ``after`` (``tie_to``), made from the previous product: so each slice is converted
+    after the previous one was used, not all of them first."""
+    pieces: list[Any] = []
+    for start, stop in spans:
+        pieces.append(product(start, stop, opaque_zero(xp, lax, pieces[-1]) if pieces else None))
+    return pieces[0] if len(pieces) == 1 else xp.concatenate(pieces, axis=-1)
+
+
 # --- integer arithmetic shared by both ops -------------------------------------------
 
 def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
@@ -132,8 +165,12 @@ def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
     accumulation for 8-bit operands (the official kernels' int32 accumulator), int64 for 16-bit."""
     if xp is np:
         return np.matmul(a.astype(np.int64), b.astype(np.int64))
+    a = computed_once(xp, ctx.lax, a)  # else XLA recomputes it per output of a weights-converting matvec
     acc = xp.int64 if wide else xp.int32
-    return xp.matmul(a.astype(acc), b.astype(acc), preferred_element_type=acc).astype(xp.int64)
+    spans = _unit_spans(b, np.dtype(acc).itemsize, axis=-1) if b.ndim == 2 else [(0, b.shape[-1])]
+    return _chained_products(xp, ctx.lax, spans, lambda start, stop, after: xp.matmul(
+        a.astype(acc), tie_to(xp, ctx.lax, b[:, start:stop], after).astype(acc),
+        preferred_element_type=acc)).astype(xp.int64)
 
 
 def _zero_point(t: Any) -> int:
@@ -290,11 +327,12 @@ def _details_tensor(subgraph: Any, index: Any) -> Any:
     return subgraph.tensors[index] if 0 <= index < len(subgraph.tensors) else None
 
 
-def _block_scales(ctx: OpContext, units: int, depth: int) -> tuple[int, np.ndarray]:
-    """(block size, float32 [units, blocks] scales) of the blockwise weights."""
+def _block_scales(ctx: OpContext, units: int, depth: int) -> tuple[int, Any]:
+    """(block size, float32 [units, blocks] scales) of the blockwise weights: numpy, or under XLA
+    the backend's value (a parameter, for big models: as a constant it would grow the program)."""
     details = ctx.input(1).quantization.details
     block = int(details.block_size)
-    scales = ctx.subgraph.tensors[int(details.scales)].data.astype(np.float32)
+    scales = constant_tensor(ctx, int(details.scales)).astype(np.float32)
     return block, scales.reshape(units, depth // block)
 
 
@@ -331,10 +369,16 @@ def _blockwise_fc_dequantized(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any
     units, depth = w.shape
     block, scales = _block_scales(ctx, units, depth)
     quantized, row_scale, row_zp = q.quantize_rows(xp, x, True)
-    weights = xp.asarray(w).astype(xp.float32).reshape(units, depth // block, block)
-    weights = (weights * xp.asarray(scales)[:, :, None]).reshape(units, depth)
     centred = (quantized - row_zp).astype(xp.float32)
-    y = ctx.lax.dot_general(centred, weights, (((1,), (1,)), ((), ())), precision=ctx.lax.Precision.HIGHEST)
+    lax = ctx.lax
+
+    def product(start: int, stop: int, after: Any) -> Any:
+        weights = tie_to(xp, lax, xp.asarray(w)[start:stop], after).astype(xp.float32)
+        weights = weights.reshape(stop - start, depth // block, block) * xp.asarray(scales)[start:stop, :, None]
+        return lax.dot_general(centred, weights.reshape(stop - start, depth), (((1,), (1,)), ((), ())),
+                               precision=lax.Precision.HIGHEST)
+
+    y = _chained_products(xp, lax, _unit_spans(w, 4), product)
     y = y * row_scale
     return y if bias is None else y + bias
 

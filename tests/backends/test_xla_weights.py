@@ -1,0 +1,130 @@
+"""How XlaState / XlaBackend hold and convert weights (issue 9: big models on the CPU).
+
+float16, int8 and int4 weights stay program parameters in their stored type and are converted where
+each layer uses them, so a compiled decoder's temporary memory is about one layer's float32 weights,
+not all of them; big quantized weights are parameters (int4 still packed), not program constants;
+folded results are shared by the signatures; and tying a conversion to the activations never
+changes a value.
+"""
+
+import numpy as np
+import pytest
+from oracle import load_bench_module
+
+from litegpu.backends import xla
+from litegpu.backends.graph import GraphRunner
+from litegpu.ops import Target
+from litegpu.ops.common import tie_to
+
+jax = pytest.importorskip("jax")
+dm = load_bench_module("decoder_model")
+
+WIDTH, LAYERS = 256, 4
+
+
+def _config(weights, layers=LAYERS):
+    return dm.DecoderConfig(weights=weights, layers=layers, width=WIDTH, heads=2, vocab=512, max_len=32,
+                            prefill_len=4)
+
+
+def _layer_float32_bytes(config):
+    return 4 * (4 * config.width * config.width + 3 * config.width * config.hidden)
+
+
+def _signature_inputs(model, key):
+    sig = next(s for s in model.signatures if s.key == key)
+    sg = model.subgraphs[sig.subgraph_index]
+    rng = np.random.default_rng(1)
+    inputs = []
+    for t in sg.inputs:
+        tensor = sg.tensors[t]
+        if tensor.dtype == "int32":
+            inputs.append(np.full(tensor.shape, 3, np.int32))
+        else:
+            inputs.append(rng.standard_normal(tensor.shape).astype(np.float32) * 0.1)
+    return sig.subgraph_index, inputs
+
+
+def _compile(model, key, state):
+    index, inputs = _signature_inputs(model, key)
+    backend = xla.XlaBackend(model, index, state=state)
+    lowered = backend._program.lower(backend.params, backend.variables, inputs)
+    return backend, index, inputs, lowered, lowered.compile()
+
+
+def _check_against_reference(model, backend, index, inputs):
+    expected = GraphRunner(model, Target.REFERENCE).run_subgraph(index, inputs)
+    for got, want in zip(backend.run(inputs), expected):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.fixture
+def no_folding(monkeypatch):
+    monkeypatch.setattr(xla, "FOLD_BUDGET_BYTES", 0)
+    monkeypatch.setattr(xla, "FOLD_GROWTH_BUDGET_BYTES", 0, raising=False)
+
+
+@pytest.fixture
+def quantized_params(monkeypatch):
+    """Small models keep quantized weights in the program: make these small ones parameters."""
+    monkeypatch.setattr(xla, "INT_PARAMS_MODEL_BYTES", 0, raising=False)
+    monkeypatch.setattr(xla, "INT_PARAM_MIN_BYTES", 1024, raising=False)
+
+
+@pytest.mark.parametrize("weights", ["float16", "int4"])
+def test_converted_weights_take_one_layer_of_temp_memory(no_folding, quantized_params, weights):
+    config = _config(weights)
+    model = dm.build_decoder(config)
+    state = xla.XlaState(model, xla.device_for("cpu"))
+    backend, index, inputs, _, compiled = _compile(model, "decode", state)
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    # All layers converted up front would take LAYERS x this.
+    assert temp < 2 * _layer_float32_bytes(config), (temp, _layer_float32_bytes(config))
+    _check_against_reference(model, backend, index, inputs)
+
+
+@pytest.mark.parametrize("weights,stored", [("int8", np.int8), ("int4", np.uint8)])
+def test_big_quantized_weights_are_parameters_not_constants(quantized_params, weights, stored):
+    config = _config(weights, layers=2)
+    model = dm.build_decoder(config)
+    state = xla.XlaState(model, xla.device_for("cpu"))
+    matrices = [p for p in state.params.values() if p.dtype == stored]
+    elements = config.width * config.hidden
+    # int4 stays packed, two values a byte, as in the file.
+    assert any(p.size == (elements // 2 if weights == "int4" else elements) for p in matrices)
+    weight_bytes = sum(p.nbytes for p in matrices)
+    backend, index, inputs, lowered, _ = _compile(model, "prefill", state)
+    # As constants the weights would be in the program text (as int32 or float32, in hex).
+    assert len(lowered.as_text()) < weight_bytes
+    _check_against_reference(model, backend, index, inputs)
+
+
+def test_small_quantized_models_keep_weights_in_the_program():
+    state = xla.XlaState(dm.build_decoder(_config("int8", layers=2)), xla.device_for("cpu"))
+    assert not [p for p in state.params.values() if p.dtype == np.int8]
+
+
+def test_signatures_share_folded_weights():
+    config = _config("float16", layers=2)
+    model = dm.build_decoder(config)
+    state = xla.XlaState(model, xla.device_for("cpu"))
+    prefill, decode = (next(s.subgraph_index for s in model.signatures if s.key == k) for k in ("prefill", "decode"))
+    by_subgraph = {sg: {key for (where, _), key in state.folded.items() if where == sg} for sg in (prefill, decode)}
+    # embedding, 7 matrices per layer, lm_head: each folded once for both signatures
+    assert len(by_subgraph[prefill]) == 2 + 7 * config.layers
+    assert by_subgraph[prefill] == by_subgraph[decode]
+    assert not [p for p in state.params.values() if p.dtype == np.float16]  # the originals were dropped
+
+
+def test_tying_never_changes_a_value():
+    import jax.numpy as jnp
+    from jax import lax
+
+    weights = np.array([-0.0, 0.0, np.nan, np.inf, -np.inf, 1e-45, -3.5, 65504], np.float32)  # 1e-45: subnormal
+    for anchor in ([np.inf, 1], [np.nan, 1], [-0.0, 2], [7, 1]):
+        anchor = np.asarray(anchor, np.float32)
+        tied = jax.jit(lambda w, a: tie_to(jnp, lax, w, xla._zero_after([a])))(weights, anchor)
+        assert np.asarray(tied).tobytes() == weights.tobytes()
+        ints = np.array([-128, 0, 127], np.int8)
+        tied = jax.jit(lambda w, a: tie_to(jnp, lax, w, xla._zero_after([a])))(ints, anchor)
+        assert np.asarray(tied).tobytes() == ints.tobytes()
