@@ -115,3 +115,36 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
 
 def write_bytes(path: str | os.PathLike, data: bytes | bytearray | io.BytesIO) -> None:
     atomic_write(path, lambda f: f.write(data))
+
+
+def _mapped_file(array: Any) -> mmap.mmap | None:
+    """The read-only file map that ``array``'s memory belongs to, if any (follows ``.base``/``.obj``)."""
+    seen = array
+    for _ in range(16):
+        seen = getattr(seen, "base", None) if not isinstance(seen, memoryview) else seen.obj
+        if seen is None:
+            return None
+        if isinstance(seen, mmap.mmap):
+            return seen
+    return None
+
+
+def release_file_pages(array: Any) -> int:
+    """Drop from this process the pages of a file map that hold ``array``, once its values have been
+    copied elsewhere (a weight copied to the GPU, or to an aligned host buffer by the CPU runtime):
+    they are clean pages of a read-only map, so dropping them costs nothing and a later read faults
+    them in again from the file with the same bytes.  Only whole pages inside ``array`` are dropped
+    (a neighbour's bytes may share the edge pages).  Returns the bytes released (0 where ``array``
+    is not in a file map, or the platform has no ``madvise``)."""
+    import numpy as np
+
+    mapped = _mapped_file(array)
+    if mapped is None or not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return 0
+    start = np.asarray(array).ctypes.data - np.frombuffer(mapped, np.uint8).ctypes.data
+    end = start + np.asarray(array).nbytes
+    first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if start < 0 or end > len(mapped) or last <= first:
+        return 0
+    mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+    return last - first
