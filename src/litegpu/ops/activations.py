@@ -170,97 +170,15 @@ def _int16_sigmoid_rescale(ctx: OpContext, integer_bits: int) -> tuple[int, int,
 
 
 # --- int16 LOGISTIC / TANH at input scales 2^-12 (TANH also 2^-11): gemmlowp's fixed-point
-# logistic and tanh with int16 raw values, evaluated once for all 65536 inputs (numpy int64
-# arrays holding int16 values; _w16 wraps like the C++ int16 casts). ---
-
-def _w16(v: np.ndarray) -> np.ndarray:
-    return ((v + (1 << 15)) & 0xFFFF) - (1 << 15)
-
-
-def _c_divide(v: np.ndarray, divisor: int) -> np.ndarray:
-    return np.where(v < 0, -((-v) // divisor), v // divisor)
-
-
-def _g16_mul(a: np.ndarray, b: Any) -> np.ndarray:
-    """SaturatingRoundingDoublingHighMul (int16): the product of Qm and Qn is Q(m+n)."""
-    ab = a * b
-    high = _c_divide(ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14)), 1 << 15)
-    return np.where((a == b) & (a == -32768), 32767, high)
-
-
-def _g16_shift(x: np.ndarray, exponent: int) -> np.ndarray:
-    """SaturatingRoundingMultiplyByPOT (int16): saturating left shift or rounding right shift."""
-    if exponent > 0:
-        threshold = (1 << (15 - exponent)) - 1
-        return np.where(x > threshold, 32767, np.where(x < -threshold, -32768, x << exponent))
-    if exponent < 0:
-        mask = (1 << -exponent) - 1
-        threshold = (mask >> 1) + (x < 0)
-        return (x >> -exponent) + ((x & mask) > threshold)
-    return x
-
-
-def _g16_constant(raw_int32: int) -> int:
-    """GEMMLOWP_CHECKED_FIXEDPOINT_CONSTANT for int16: the Q0.31 constant rounding-shifted by 16."""
-    return int(_g16_shift(np.array([raw_int32], np.int64), -16)[0])
-
-
-def _g16_exp_quarter(a: np.ndarray) -> np.ndarray:
-    """exp_on_interval_between_negative_one_quarter_and_0_excl (Q0.15)."""
-    constant_term, one_third = _g16_constant(1895147668), _g16_constant(715827883)
-    x = _w16(a + (1 << 12))
-    x2 = _g16_mul(x, x)
-    x3 = _g16_mul(x2, x)
-    x4 = _g16_mul(x2, x2)
-    series = _g16_shift(_w16(_g16_mul(_w16(_g16_shift(x4, -2) + x3), one_third) + x2), -1)
-    return np.clip(constant_term + _g16_mul(constant_term, _w16(x + series)), -32768, 32767)
-
-
-_EXP_BARREL = [(-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-               (3, 720401), (4, 242)]
-
-
-def _g16_exp_negative(a: np.ndarray, integer_bits: int) -> np.ndarray:
-    """exp_on_negative_values of Q(integer_bits) values, as Q0.15."""
-    fractional_bits = 15 - integer_bits
-    quarter = 1 << (fractional_bits - 2)
-    shifted = _w16((a & (quarter - 1)) - quarter)
-    result = _g16_exp_quarter(_g16_shift(shifted, integer_bits))
-    remainder = _w16(shifted - a)
-    for exponent, multiplier in _EXP_BARREL:
-        if integer_bits > exponent:
-            bit = remainder & (1 << (fractional_bits + exponent))
-            result = np.where(bit != 0, _g16_mul(result, _g16_constant(multiplier)), result)
-    return np.where(a == 0, 32767, result)
-
-
-def _g16_newton_reciprocal(a: np.ndarray) -> np.ndarray:
-    """The Newton-Raphson core of one_over_one_plus_x / one_minus_x_over_one_plus_x: about
-    1 / ((a + 1) / 2) in Q2.13."""
-    half_denominator = _c_divide(a + 32767 + np.where(a + 32767 >= 0, 1, -1), 2)  # RoundingHalfSum(a, One)
-    x = _w16(_g16_constant(1515870810) + _g16_mul(half_denominator, _g16_constant(-1010580540)))
-    for _ in range(3):
-        remainder = _w16((1 << 13) - _g16_mul(half_denominator, x))
-        x = _w16(x + _g16_shift(_g16_mul(x, remainder), 2))
-    return x
-
+# logistic and tanh of Q3.12 raw values (``fixedpoint``'s tables for all 65536 inputs). ---
 
 def _gemmlowp_int16_table(op: str, left_shift: int) -> np.ndarray:
     """gemmlowp::logistic / gemmlowp::tanh of every int16 input read as Q3.12 (TANH with left shift 1
     doubles it first, saturating); index = input + 32768."""
-    x = np.arange(-32768, 32768, dtype=np.int64)
     if op == "LOGISTIC":
-        positive = x > 0
-        magnitude = np.where(positive, x, _w16(-x))
-        on_positive = _g16_shift(_g16_newton_reciprocal(_g16_exp_negative(_w16(-magnitude), 3)), 1)
-        result = np.where(positive, on_positive, _w16(32767 - on_positive))
-        return np.where(x == 0, _g16_constant(1 << 30), result).astype(np.int16)
-    x = _g16_shift(x, left_shift)
-    negative = x < 0
-    magnitude = np.where(negative, x, _w16(-x))
-    # ExactMulByPot<1>: the same raw values read as Q4.11
-    neg_tanh = _g16_shift(_w16(_g16_newton_reciprocal(_g16_exp_negative(magnitude, 4)) - (1 << 13)), 2)
-    return np.where(x == 0, 0, np.where(negative, _w16(-neg_tanh), neg_tanh)).astype(np.int16)
+        return fp.gemmlowp_logistic16_table(3)
+    x = fp.saturating_multiply_by_pot16(np.arange(-32768, 32768, dtype=np.int64), left_shift)
+    return fp.gemmlowp_tanh16_table(3)[x + 32768]
 
 
 # sigmoid(i / 24) in Q0.16 (sigmoid_table_uint16 of the official kernels; not a plain rounding of it)

@@ -145,7 +145,7 @@ def _high_mul16(a: np.ndarray, b: Any) -> np.ndarray:
     return np.where((a == b) & (a == -32768), 32767, high)
 
 
-def _multiply_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
+def saturating_multiply_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
     """SaturatingRoundingMultiplyByPOT on int16: saturating left or rounding right shift."""
     if exponent > 0:
         limit = (1 << (15 - exponent)) - 1
@@ -165,7 +165,7 @@ def _exp_on_quarter16(a: np.ndarray) -> np.ndarray:
     x2 = _high_mul16(x, x)
     x3 = _high_mul16(x2, x)
     x4 = _high_mul16(x2, x2)
-    series = _multiply_by_pot16(_wrap16(_high_mul16(_wrap16(_multiply_by_pot16(x4, -2) + x3), one_third) + x2), -1)
+    series = saturating_multiply_by_pot16(_wrap16(_high_mul16(_wrap16(saturating_multiply_by_pot16(x4, -2) + x3), one_third) + x2), -1)
     return np.clip(constant_term + _high_mul16(constant_term, _wrap16(x + series)), -32768, 32767)
 
 
@@ -178,7 +178,7 @@ def _exp_on_negative16(a: np.ndarray, integer_bits: int) -> np.ndarray:
     fractional_bits = 15 - integer_bits
     quarter = 1 << (fractional_bits - 2)
     shifted = _wrap16((a & (quarter - 1)) - quarter)
-    result = _exp_on_quarter16(_multiply_by_pot16(shifted, integer_bits))
+    result = _exp_on_quarter16(saturating_multiply_by_pot16(shifted, integer_bits))
     remainder = _wrap16(shifted - a)
     for exponent, multiplier in _EXP_BARREL_SHIFTER:
         if integer_bits > exponent:
@@ -197,7 +197,7 @@ def _newton_reciprocal16(a: np.ndarray) -> np.ndarray:
     x = _wrap16(_constant16(1515870810) + _high_mul16(half_denominator, _constant16(-1010580540)))
     for _ in range(3):
         remainder = _wrap16((1 << 13) - _high_mul16(half_denominator, x))
-        x = _wrap16(x + _multiply_by_pot16(_high_mul16(x, remainder), 2))
+        x = _wrap16(x + saturating_multiply_by_pot16(_high_mul16(x, remainder), 2))
     return x
 
 
@@ -208,7 +208,7 @@ def gemmlowp_logistic16_table(integer_bits: int) -> np.ndarray:
     positive = x > 0
     magnitude = np.where(positive, x, _wrap16(-x))
     # one_over_one_plus_x: ExactMulByPot<-1> of the Q2.13 reciprocal is Q1.14, then Rescale<0>
-    on_positive = _multiply_by_pot16(_newton_reciprocal16(_exp_on_negative16(_wrap16(-magnitude), integer_bits)), 1)
+    on_positive = saturating_multiply_by_pot16(_newton_reciprocal16(_exp_on_negative16(_wrap16(-magnitude), integer_bits)), 1)
     result = np.where(positive, on_positive, _wrap16(32767 - on_positive))
     return np.where(x == 0, _constant16(1 << 30), result).astype(np.int16)
 
@@ -220,6 +220,6 @@ def gemmlowp_tanh16_table(integer_bits: int) -> np.ndarray:
     negative = x < 0
     magnitude = np.where(negative, x, _wrap16(-x))
     # neg_tanh_on_negative_values: ExactMulByPot<1> reads the same raw values with one more integer bit
-    neg_tanh = _multiply_by_pot16(_wrap16(_newton_reciprocal16(_exp_on_negative16(magnitude, integer_bits + 1))
+    neg_tanh = saturating_multiply_by_pot16(_wrap16(_newton_reciprocal16(_exp_on_negative16(magnitude, integer_bits + 1))
                                           - (1 << 13)), 2)
     return np.where(x == 0, 0, np.where(negative, _wrap16(-neg_tanh), neg_tanh)).astype(np.int16)
