@@ -120,37 +120,9 @@ def test_while_keeps_passed_through_shapes_static():
 
 
 def test_while_body_updates_a_resource_variable():
-    # The body adds x to a variable on every iteration; the loop runs `limit` times.
-    b = ModelBuilder()
-    i = b.input("i", (), "int32")
-    x = b.input("x", (2,))
-    init = b.subgraph("init")
-    ih = init.tensor("h", (), "resource")
-    init.op("VAR_HANDLE", [], [ih], container="", shared_name="total")
-    init.op("ASSIGN_VARIABLE", [ih, init.constant("zero", np.zeros(2, np.float32))], [])
-    cond = b.subgraph("cond")
-    ci, cx = cond.input("i", (), "int32"), cond.input("x", (2,))
-    k = cond.tensor("k", (), "bool")
-    cond.op("LESS", [ci, cond.constant("limit", np.array(3, np.int32))], [k])
-    cond.output(k)
-    body = b.subgraph("body")
-    bi, bx = body.input("i", (), "int32"), body.input("x", (2,))
-    h = body.tensor("h", (), "resource")
-    body.op("VAR_HANDLE", [], [h], container="", shared_name="total")
-    old, new, ni = body.tensor("old", (2,)), body.tensor("new", (2,)), body.tensor("i_next", (), "int32")
-    body.op("READ_VARIABLE", [h], [old])
-    body.op("ADD", [old, bx], [new])
-    body.op("ASSIGN_VARIABLE", [h, new], [])
-    body.op("ADD", [bi, body.constant("one", np.array(1, np.int32))], [ni])
-    body.output(ni, bx)
-    b.op("CALL_ONCE", [], [], init_subgraph_index=init.index)
-    oi, ox = b.tensor("oi", (), "int32"), b.tensor("ox", (2,))
-    b.op("WHILE", [i, x], [oi, ox], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
-    mh, total = b.tensor("mh", (), "resource"), b.tensor("total", (2,))
-    b.op("VAR_HANDLE", [], [mh], container="", shared_name="total")
-    b.op("READ_VARIABLE", [mh], [total])
-    b.output(oi, total)
-    out = check_op_model(b.build(), [np.array(1, np.int32), np.array([1.5, -2], np.float32)])
+    # The body adds x to a variable (set to 0 by CALL_ONCE) on every iteration; the loop runs while i < 3.
+    model, _ = accumulating_loop(start=np.zeros(2, np.float32), loop_output="i")
+    out = check_op_model(model, [np.array(1, np.int32), np.array([1.5, -2], np.float32)])
     np.testing.assert_array_equal(out[1], [3, -4])
 
 
@@ -275,14 +247,15 @@ def affine_loop():
     return b.build(), [np.array(0, np.int32), np.array([1.0, -2.0, 8.0], np.float32)]
 
 
-def accumulating_loop():
-    """CALL_ONCE sets a variable to a float constant; the loop body adds x to it three times."""
+def accumulating_loop(start=np.array([0.5, 1.0], np.float32), loop_output: str = "x"):
+    """CALL_ONCE sets a variable to ``start``; the loop body adds x to it while i < 3.  Outputs: the
+    loop's ``i`` or ``x`` (``loop_output``), then the variable."""
     b = ModelBuilder()
     i, x = b.input("i", (), "int32"), b.input("x", (2,))
     init = b.subgraph("init")
     ih = init.tensor("h", (), "resource")
     init.op("VAR_HANDLE", [], [ih], container="", shared_name="total")
-    init.op("ASSIGN_VARIABLE", [ih, init.constant("start", np.array([0.5, 1.0], np.float32))], [])
+    init.op("ASSIGN_VARIABLE", [ih, init.constant("start", start)], [])
     cond = b.subgraph("cond")
     ci, _ = cond.input("i", (), "int32"), cond.input("x", (2,))
     k = cond.tensor("k", (), "bool")
@@ -304,7 +277,7 @@ def accumulating_loop():
     mh, total = b.tensor("mh", (), "resource"), b.tensor("total", (2,))
     b.op("VAR_HANDLE", [], [mh], container="", shared_name="total")
     b.op("READ_VARIABLE", [mh], [total])
-    b.output(ox, total)
+    b.output(oi if loop_output == "i" else ox, total)
     return b.build(), [np.array(0, np.int32), np.array([1.5, -2], np.float32)]
 
 

@@ -449,12 +449,6 @@ def output_state(ctx: Any, lstm: IntegerLstm, o: Any, c: Any, tanh_cell: np.ndar
 
 # ---- integer layer norm (PortableApplyLayerNorm) -------------------------------------------------
 
-def _c_divide(xp: Any, x: Any, divisor: int) -> Any:
-    """C integer division (toward zero) by a positive constant."""
-    q = xp.abs(x) // divisor
-    return xp.where(x < 0, -q, q)
-
-
 def layer_norm(xp: Any, z: Any, weights: np.ndarray, bias: np.ndarray, rescale: tuple, guard: np.ndarray) -> Any:
     """``PortableApplyLayerNorm`` over the cells (last axis) of [batch, gates, n_cell] with per-gate
     constants: integer mean and variance (with the official 2^20 / n_cell, exact only for power-of-two
@@ -463,49 +457,13 @@ def layer_norm(xp: Any, z: Any, weights: np.ndarray, bias: np.ndarray, rescale: 
     n = z.shape[-1]
     total = xp.sum(z, axis=-1, keepdims=True)
     total_sq = xp.sum(z * z, axis=-1, keepdims=True)
-    mean = fp.wrap_int32(xp, _c_divide(xp, total * 1024, n))
-    variance = fp.wrap_int32(xp, _c_divide(xp, total_sq * ((1 << 20) // n) - mean * mean, 1 << 20))
+    mean = fp.wrap_int32(xp, fp.truncating_divide(xp, total * 1024, n))
+    variance = fp.wrap_int32(xp, fp.truncating_divide(xp, total_sq * ((1 << 20) // n) - mean * mean, 1 << 20))
     variance = xp.where(variance < 1, guard, variance)
-    inv_multiplier, inv_shift = inv_sqrt_multiplier_exp(xp, variance)
+    inv_multiplier, inv_right_shift = fp.inv_sqrt_multiplier(xp, variance)
     shifted = fp.wrap_int32(xp, 1024 * z - mean)
-    rescaled = fp.multiply_by_quantized_multiplier(xp, shifted, inv_multiplier, inv_shift)
+    rescaled = fp.multiply_by_quantized_multiplier(xp, shifted, inv_multiplier, -inv_right_shift)
     weighted = fp.wrap_int32(xp, rescaled * weights + bias)
-    rounded = fp.wrap_int32(xp, _c_divide(xp, xp.where(weighted > 0, weighted + 512, weighted - 512), 1024))
+    rounded = fp.wrap_int32(xp, fp.truncating_divide(xp, xp.where(weighted > 0, weighted + 512, weighted - 512), 1024))
     multiplier, shift = rescale
     return _saturate16(xp, fp.multiply_by_quantized_multiplier(xp, rounded, multiplier, shift + 12))
-
-
-def _saturating_shift_left32(xp: Any, x: Any, exponent: int) -> Any:
-    """gemmlowp SaturatingRoundingMultiplyByPOT<exponent > 0> on int32."""
-    limit = (1 << (31 - exponent)) - 1
-    return xp.where(x > limit, fp.INT32_MAX, xp.where(x < -limit, fp.INT32_MIN, x << exponent))
-
-
-def _bit_length(xp: Any, x: Any) -> Any:
-    """Bits of positive int32 values: frexp's exponent of their (exact) float64 value."""
-    return xp.frexp(x.astype(xp.float64))[1].astype(xp.int64)
-
-
-def inv_sqrt_multiplier_exp(xp: Any, x: Any) -> tuple[Any, Any]:
-    """``GetInvSqrtQuantizedMultiplierExp(x, reverse_shift=-1)`` of positive int32 values, elementwise:
-    five Newton iterations of 1/sqrt in gemmlowp Q3.28 from x normalised to [2^27, 2^29)."""
-    x = xp.asarray(x, xp.int64)
-    small = x <= 1  # the official special case (and 0, treated as 1)
-    x = xp.where(small, 2, x)
-    big = x >= (1 << 29)  # one division by 4 brings any int32 below 2^29
-    x = xp.where(big, x // 4, x)
-    shift = 11 + big.astype(xp.int64)
-    pairs = (32 - _bit_length(xp, x) - 1) // 2 - 1
-    shift = shift - pairs
-    x = x << (2 * pairs)
-    half_input = fp.rounding_divide_by_pot(xp, x >> 1, 1)
-    half_three = (1 << 28) + (1 << 27)
-    y = xp.full(x.shape, 1 << 28, xp.int64)
-    mul = fp.saturating_rounding_doubling_high_mul
-    for _ in range(5):
-        y3 = _saturating_shift_left32(xp, mul(xp, mul(xp, y, y), y), 6)
-        y = _saturating_shift_left32(xp, fp.wrap_int32(xp, mul(xp, half_three, y) - mul(xp, half_input, y3)), 3)
-    y = mul(xp, y, 1518500250)  # sqrt(2) / 2
-    y = xp.where(shift < 0, fp.wrap_int32(xp, y << xp.maximum(-shift, 0)), y)
-    shift = xp.maximum(shift, 0)
-    return xp.where(small, fp.INT32_MAX, y), xp.where(small, 0, -shift)

@@ -299,30 +299,19 @@ def _quantized_div(ctx: OpContext, xp: Any, x: Any, y: Any) -> Any:
     return xp.clip(out, low, high)
 
 
-def _bit_length(xp: Any, u: Any) -> Any:
-    """Bits of non-negative int32 values (0 for 0): frexp's exponent of their exact float64 value."""
-    return xp.frexp(u.astype(xp.float64))[1].astype(xp.int64)
-
-
-def _saturating_shift_left(xp: Any, x: Any, exponent: int) -> Any:
-    """gemmlowp ``SaturatingRoundingMultiplyByPOT<exponent > 0>`` on int32."""
-    limit = (1 << (31 - exponent)) - 1
-    return xp.where(x > limit, fp.INT32_MAX, xp.where(x < -limit, fp.INT32_MIN, x << exponent))
-
-
 def _reciprocal(xp: Any, d: Any) -> tuple[Any, Any]:
     """``GetReciprocal(d, 31, &shift)`` of positive int32 ``d``: 1/d as a Q0.31 value in (1/2, 1] and the
     shift, from gemmlowp's ``one_over_one_plus_x_for_x_in_0_1`` (three Newton-Raphson steps in Q2.29)."""
     mul = fp.saturating_rounding_doubling_high_mul
-    leading_zeros = 32 - _bit_length(xp, d)
+    leading_zeros = 32 - fp.bit_length(xp, d)
     shift = 31 - leading_zeros
     a = ((d << leading_zeros) & 0xFFFFFFFF) - (1 << 31)  # d normalised to [1, 2), minus one, Q0.31
     half_denominator = (a + (1 << 31)) // 2  # RoundingHalfSum(a, One): a non-negative sum
     x = fp.wrap_int32(xp, 1515870810 + mul(xp, half_denominator, -1010580540))  # 48/17 - 32/17 * d
     for _ in range(3):
         error = fp.wrap_int32(xp, (1 << 29) - mul(xp, half_denominator, x))
-        x = fp.wrap_int32(xp, x + _saturating_shift_left(xp, mul(xp, x, error), 2))
-    return _saturating_shift_left(xp, x, 1), shift
+        x = fp.wrap_int32(xp, x + fp.saturating_shift_left(xp, mul(xp, x, error), 2))
+    return fp.saturating_shift_left(xp, x, 1), shift
 
 
 def _fixed_point_quotient(xp: Any, numerator: Any, denominator: Any, multiplier: int, shift: int) -> Any:
@@ -333,7 +322,7 @@ def _fixed_point_quotient(xp: Any, numerator: Any, denominator: Any, multiplier:
     numerator = xp.where(negative, -numerator, numerator)
     denominator = xp.maximum(xp.abs(denominator), 1)  # 0 (refused above) stands in as 1
     inverse, reciprocal_shift = _reciprocal(xp, denominator)
-    headroom = 31 - _bit_length(xp, xp.where(numerator < 0, -numerator - 1, numerator))  # CountLeadingSignBits
+    headroom = 31 - fp.bit_length(xp, xp.where(numerator < 0, -numerator - 1, numerator))  # CountLeadingSignBits
     mul = fp.saturating_rounding_doubling_high_mul
     unscaled = mul(xp, numerator << headroom, inverse)
     total_shift = shift - reciprocal_shift - headroom

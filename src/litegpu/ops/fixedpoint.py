@@ -57,7 +57,7 @@ def wrap_int32(xp: Any, x: Any) -> Any:
     return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
-def _truncating_divide(xp: Any, x: Any, divisor: int) -> Any:
+def truncating_divide(xp: Any, x: Any, divisor: int) -> Any:
     """C integer division (rounds toward zero) of int64 values by a positive divisor."""
     quotient = xp.abs(x) // divisor
     return xp.where(x < 0, -quotient, quotient)
@@ -70,7 +70,7 @@ def saturating_rounding_doubling_high_mul(xp: Any, a: Any, b: Any) -> Any:
     overflow = (a == b) & (a == INT32_MIN)
     ab = a * b
     nudge = xp.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    high = _truncating_divide(xp, ab + nudge, 1 << 31)
+    high = truncating_divide(xp, ab + nudge, 1 << 31)
     return xp.where(overflow, INT32_MAX, high)
 
 
@@ -141,7 +141,7 @@ def _wrap16(v: np.ndarray) -> np.ndarray:
 def _high_mul16(a: np.ndarray, b: Any) -> np.ndarray:
     """SaturatingRoundingDoublingHighMul on int16 raw values (Qm times Qn is Q(m+n))."""
     ab = a * b
-    high = _truncating_divide(np, ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14)), 1 << 15)
+    high = truncating_divide(np, ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14)), 1 << 15)
     return np.where((a == b) & (a == -32768), 32767, high)
 
 
@@ -193,7 +193,7 @@ def _newton_reciprocal16(a: np.ndarray) -> np.ndarray:
     """The Newton-Raphson core of one_over_one_plus_x_for_x_in_0_1 and
     one_minus_x_over_one_plus_x_for_x_in_0_1: about 2 / (1 + a), Q2.13."""
     total = a + 32767
-    half_denominator = _truncating_divide(np, total + np.where(total >= 0, 1, -1), 2)  # RoundingHalfSum(a, One)
+    half_denominator = truncating_divide(np, total + np.where(total >= 0, 1, -1), 2)  # RoundingHalfSum(a, One)
     x = _wrap16(_constant16(1515870810) + _high_mul16(half_denominator, _constant16(-1010580540)))
     for _ in range(3):
         remainder = _wrap16((1 << 13) - _high_mul16(half_denominator, x))
@@ -223,3 +223,41 @@ def gemmlowp_tanh16_table(integer_bits: int) -> np.ndarray:
     neg_tanh = saturating_multiply_by_pot16(_wrap16(_newton_reciprocal16(_exp_on_negative16(magnitude, integer_bits + 1))
                                           - (1 << 13)), 2)
     return np.where(x == 0, 0, np.where(negative, _wrap16(-neg_tanh), neg_tanh)).astype(np.int16)
+
+
+def bit_length(xp: Any, x: Any) -> Any:
+    """Bits of non-negative int32 values (0 for 0; 32 - CountLeadingZeros): frexp's exponent of their
+    exact float64 value."""
+    return xp.frexp(xp.asarray(x).astype(xp.float64))[1].astype(xp.int64)
+
+
+def saturating_shift_left(xp: Any, x: Any, exponent: int) -> Any:
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<exponent > 0>`` on int32 raw values."""
+    limit = (1 << (31 - exponent)) - 1
+    return xp.where(x > limit, INT32_MAX, xp.where(x < -limit, INT32_MIN, x << exponent))
+
+
+def inv_sqrt_multiplier(xp: Any, value: Any) -> tuple[Any, Any]:
+    """``GetInvSqrtQuantizedMultiplierExp`` of positive int32 values, elementwise: 1 / sqrt(value) as a
+    Q0.31 multiplier and a right shift, by five Newton-Raphson steps in gemmlowp's Q3.28 from the value
+    normalised to [2^27, 2^29).  0 and 1 give INT32_MAX and no shift (the official special case)."""
+    value = xp.asarray(value, xp.int64)
+    small = value <= 1
+    value = xp.where(small, 2, value)
+    big = value >= (1 << 29)  # one division by 4 brings any int32 below 2^29
+    value = xp.where(big, value // 4, value)
+    shift = 11 + big.astype(xp.int64)
+    pairs = (32 - bit_length(xp, value) - 1) // 2 - 1
+    shift = shift - pairs
+    value = value << (2 * pairs)
+    srdhm = saturating_rounding_doubling_high_mul
+    half_input = rounding_divide_by_pot(xp, value >> 1, 1)
+    half_three = (1 << 28) + (1 << 27)
+    x = xp.full(value.shape, 1 << 28, xp.int64)  # Q3.28 one
+    for _ in range(5):
+        cube = saturating_shift_left(xp, srdhm(xp, srdhm(xp, x, x), x), 6)
+        x = saturating_shift_left(xp, wrap_int32(xp, srdhm(xp, half_three, x) - srdhm(xp, half_input, cube)), 3)
+    x = srdhm(xp, x, 1518500250)  # * sqrt(2) / 2
+    x = xp.where(shift < 0, wrap_int32(xp, x << xp.maximum(-shift, 0)), x)
+    shift = xp.maximum(shift, 0)
+    return xp.where(small, INT32_MAX, x), xp.where(small, 0, shift)

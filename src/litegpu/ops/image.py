@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from . import fixedpoint as fp
 from .common import float32_steps
 from .registry import Op, OpContext, register
 from .shape import (
@@ -134,15 +135,9 @@ def _integer_taps(in_size: int, out_size: int, align_corners: bool,
     pos = np.arange(out_size, dtype=np.int64) * scale
     if half_pixel_centers:
         pos = pos + scale // 2 - (1 << 9)
-    lower = np.maximum(_c_divide(pos, 1 << 10), 0)
-    upper = np.minimum(_c_divide(pos + (1 << 10) - 1, 1 << 10), in_size - 1)
+    lower = np.maximum(fp.truncating_divide(np, pos, 1 << 10), 0)
+    upper = np.minimum(fp.truncating_divide(np, pos + (1 << 10) - 1, 1 << 10), in_size - 1)
     return lower, upper, pos - (1 << 10) * lower
-
-
-def _c_divide(x: np.ndarray, divisor: int) -> np.ndarray:
-    """C integer division of int64 values by a positive divisor (rounds toward zero)."""
-    quotient = np.abs(x) // divisor
-    return np.where(x < 0, -quotient, quotient)
 
 
 def _bilinear_integer(ctx: OpContext, x: Any, out_h: int, out_w: int) -> Any:

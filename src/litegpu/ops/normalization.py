@@ -129,19 +129,13 @@ def _softmax_int16(ctx: OpContext, xp: Any, x: Any) -> Any:
     scaled = fp.multiply_by_quantized_multiplier(xp, diff, multiplier, shift)
     exps = qz.lookup_int16(xp, exp_table, xp.clip(scaled + 32767, -32768, 32767)).astype(xp.int64)
     total = xp.sum(exps, axis=-1, keepdims=True)
-    headroom_plus_one = 32 - _bit_length(xp, total)
+    headroom_plus_one = 32 - fp.bit_length(xp, total)
     normalised = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
     reciprocal = qz.lookup_int16(xp, reciprocal_table,
                                  xp.clip(normalised - ((1 << 15) + (1 << 16)), -32768, 32767)).astype(xp.int64)
     right_shift = 31 - headroom_plus_one
     result = (exps * reciprocal + (xp.asarray(1, xp.int64) << (right_shift - 1))) >> right_shift
     return xp.clip(result, 0, 32767)
-
-
-def _bit_length(xp: Any, v: Any) -> Any:
-    """Bits of positive int32 values (32 - CountLeadingZeros)."""
-    powers = xp.asarray(np.int64(1) << np.arange(32, dtype=np.int64))
-    return xp.sum((v[..., None] >= powers).astype(xp.int64), axis=-1)
 
 
 # --- 8-bit LOG_SOFTMAX: optimized_ops::LogSoftmax (float32 table of exp, float32 arithmetic) ---
@@ -250,49 +244,13 @@ def _l2_normalization_8bit(ctx: OpContext, x: Any) -> Any:
     _, in_zp = qz.scale_and_zero_point(ctx, ctx.input(0), "input")
     diff = x.astype(xp.int64) - in_zp
     square_sum = fp.wrap_int32(xp, xp.sum(diff * diff, axis=-1, keepdims=True))
-    multiplier, right_shift = _inv_sqrt_multiplier(xp, square_sum)
+    multiplier, right_shift = fp.inv_sqrt_multiplier(xp, square_sum)
     if ctx.input(0).dtype == "uint8":
         y = fp.multiply_by_quantized_multiplier(xp, 128 * diff, multiplier, -right_shift) + out_zp
     else:
         y = fp.multiply_by_quantized_multiplier(xp, diff, multiplier, 7 - right_shift)
     low, high = qz.dtype_limits(ctx.output(0).dtype)
     return xp.clip(y, low, high)
-
-
-def _bit_length(xp: Any, x: Any) -> Any:
-    """Bits needed for non-negative int64 values below 2^53 (frexp's exponent is exact)."""
-    return xp.frexp(x.astype(xp.float64))[1].astype(xp.int64)
-
-
-def _saturating_shift_left(xp: Any, x: Any, exponent: int) -> Any:
-    """gemmlowp's ``SaturatingRoundingMultiplyByPOT`` for a positive exponent on int32 raws."""
-    threshold = (1 << (31 - exponent)) - 1
-    return xp.where(x > threshold, fp.INT32_MAX, xp.where(x < -threshold, fp.INT32_MIN, x << exponent))
-
-
-def _inv_sqrt_multiplier(xp: Any, value: Any) -> tuple[Any, Any]:
-    """``GetInvSqrtQuantizedMultiplierExp``: 1 / sqrt(value) as a Q0.31 multiplier and a right
-    shift, by five Newton-Raphson steps in gemmlowp's 3-integer-bit fixed point.  Values
-    0 and 1 give INT32_MAX and no shift."""
-    small = value <= 1
-    value = xp.where(small, 2, value)
-    big = value >= (1 << 29)
-    value = xp.where(big, value // 4, value)
-    shift = 11 + xp.where(big, 1, 0)
-    pairs = (32 - _bit_length(xp, value) - 1) // 2 - 1
-    shift = shift - pairs
-    value = value << (2 * pairs)
-    srdhm = fp.saturating_rounding_doubling_high_mul
-    half_input = fp.rounding_divide_by_pot(xp, value >> 1, 1)
-    half_three = (1 << 28) + (1 << 27)
-    x = xp.full(value.shape, 1 << 28, xp.int64)  # F3 one
-    for _ in range(5):
-        cube = _saturating_shift_left(xp, srdhm(xp, srdhm(xp, x, x), x), 6)
-        x = _saturating_shift_left(xp, fp.wrap_int32(xp, srdhm(xp, half_three, x) - srdhm(xp, half_input, cube)), 3)
-    x = srdhm(xp, x, 1518500250)  # * sqrt(2) / 2
-    x = xp.where(shift < 0, fp.wrap_int32(xp, x << xp.maximum(-shift, 0)), x)
-    shift = xp.maximum(shift, 0)
-    return xp.where(small, fp.INT32_MAX, x), xp.where(small, 0, shift)
 
 
 @register("LOCAL_RESPONSE_NORMALIZATION")
