@@ -534,7 +534,8 @@ def _release_freed_memory() -> None:
 
 
 def _shape_key(arrays: Sequence[Any]) -> tuple:
-    return tuple((tuple(np.shape(a)), str(a.dtype)) for a in arrays)
+    # dtype objects, not their names: str(dtype) is python code in numpy, measurable per run on tiny models
+    return tuple((tuple(np.shape(a)), a.dtype) for a in arrays)
 
 
 class XlaBackend:
