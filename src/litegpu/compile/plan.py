@@ -47,6 +47,8 @@ class Accelerator(enum.IntFlag):
 
 
 CPU, GPU, NPU = Accelerator.CPU, Accelerator.GPU, Accelerator.NPU
+ENGINE_TITLES = {"xla": "XLA", "openvino": "OpenVINO", "reference": "the numpy reference"}
+ENGINE_NAMES = {Target.XLA_GPU: "xla", Target.XLA_CPU: "xla", Target.OPENVINO: "openvino", Target.REFERENCE: "reference"}
 _NAMES = {CPU: "CPU", GPU: "GPU", NPU: "NPU"}
 # Ops that read or write resource variables: their state lives in one backend, so such models stay whole.
 _VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
@@ -86,7 +88,7 @@ class Partition:
     """
 
     accelerator: Accelerator
-    target: Target              # XLA_GPU, XLA_CPU or REFERENCE
+    target: Target              # XLA_GPU, XLA_CPU, OPENVINO or REFERENCE
     subgraph_index: int
     op_indices: tuple[int, ...]
     reasons: tuple[UnsupportedOp, ...] = ()
@@ -101,6 +103,11 @@ class Partition:
     def device(self) -> str:
         """"GPU" or "CPU"."""
         return _NAMES[Accelerator(self.accelerator)]
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs it: "xla", "openvino" or "reference"."""
+        return ENGINE_NAMES[self.target]
 
     def op_range(self):  # -> backends.graph.OpRange (imported lazily: compile sits above backends)
         from ..backends.graph import OpRange
@@ -156,8 +163,25 @@ class DelegationPlan:
         return [p for p in self.partitions if p.subgraph_index == subgraph]
 
     def summary(self) -> str:
+        """The LiteRT delegate's line, with the engines that run the CPU's share."""
         gpu, cpu = self.ops_on("GPU"), self.ops_on("CPU")
-        return f"{gpu} operations will run on the GPU, and the remaining {cpu} on the CPU"
+        engines = self.ops_per_engine("CPU")
+        detail = f" ({', '.join(f'{n} on {ENGINE_TITLES[e]}' for e, n in engines.items())})" if cpu else ""
+        return f"{gpu} operations will run on the GPU, and the remaining {cpu} on the CPU{detail}"
+
+    def ops_per_engine(self, device: str | None = None) -> dict[str, int]:
+        """Engine name -> how many ops it runs (on ``device`` only, when given)."""
+        counts: dict[str, int] = {}
+        for p in self.partitions:
+            if device is None or p.device == device:
+                counts[p.engine] = counts.get(p.engine, 0) + len(p.op_indices)
+        return counts
+
+    def engine_summary(self) -> str:
+        """``"150 ops on OpenVINO, 3 on XLA in 3 partitions"``: what runs where on the CPU."""
+        counts = self.ops_per_engine()
+        parts = ", ".join(f"{n} op{'s' if n != 1 else ''} on {ENGINE_TITLES[e]}" for e, n in counts.items())
+        return f"{parts} in {len(self.partitions)} partition{'s' if len(self.partitions) != 1 else ''}"
 
     def transfer_bytes(self) -> int:
         """Bytes moved between devices per run (declared shapes), each tensor once per destination device."""
@@ -252,8 +276,8 @@ def _dependencies(sg: Subgraph, order: tuple[int, ...]) -> dict[int, set[int]]:
     return deps
 
 
-def _schedule(sg: Subgraph, order: tuple[int, ...], side: dict[int, Accelerator]) -> list[int]:
-    """A topological order that stays on one accelerator as long as any op for it is ready.
+def _schedule(sg: Subgraph, order: tuple[int, ...], side: dict[int, object]) -> list[int]:
+    """A topological order that stays on one side (accelerator or engine) as long as any op for it is ready.
 
     Switching only when forced keeps independent ops of the same kind in one partition
     (a GPU op stored after a CPU op it does not depend on joins the GPU run before it).
@@ -265,16 +289,16 @@ def _schedule(sg: Subgraph, order: tuple[int, ...], side: dict[int, Accelerator]
     for i, d in deps.items():
         for p in d:
             users.setdefault(p, []).append(i)
-    ready: dict[Accelerator, list[tuple[int, int]]] = {GPU: [], CPU: []}
+    ready: dict[object, list[tuple[int, int]]] = {k: [] for k in side.values()}
     for i in order:
         if waiting[i] == 0:
             heapq.heappush(ready[side[i]], (position[i], i))
     scheduled: list[int] = []
-    current = side[order[0]] if order else GPU
-    while ready[GPU] or ready[CPU]:
-        if not ready[current]:
-            other = CPU if current == GPU else GPU
-            current = other
+    current = side[order[0]] if order else None
+    while any(ready.values()):
+        if not ready.get(current):
+            # the side whose next ready op comes first in the model's order
+            current = min((k for k in ready if ready[k]), key=lambda k: ready[k][0])
         _, op = heapq.heappop(ready[current])
         scheduled.append(op)
         for u in users.get(op, ()):
@@ -431,12 +455,20 @@ def warn_fallbacks(plan: DelegationPlan, stacklevel: int = 2) -> None:
 
 # ---- the plan -------------------------------------------------------------------------------
 
-def plan(model: Model, accelerators: int = CPU, *, warn: bool = True) -> DelegationPlan:
+def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
+         engines: dict | None = None) -> DelegationPlan:
     """Decide where ``model`` runs for the requested accelerator flags, without touching a device.
+
+    ``cpu_kernels`` picks the CPU engines (``CpuOptions.kernel_mode``): "fast" gives each op OpenVINO
+    where it converts it and the policy allows (``backends.openvino``), XLA otherwise; "builtin" keeps
+    the exact TFLite kernels on XLA (integers bit for bit); "reference" runs the numpy interpreter.
+    ``engines`` may pass engine objects by name (an OpenVINO engine holding a compile cache).
 
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
     """
+    if cpu_kernels not in CPU_KERNELS:
+        raise InvalidArgumentError(f"unknown CPU kernels {cpu_kernels!r}; use one of {', '.join(CPU_KERNELS)}")
     flags = int(accelerators)
     if flags & ~(CPU | GPU | NPU) or flags == 0:
         raise InvalidArgumentError(f"unknown hardware accelerator flags {flags!r} (use CPU=1, GPU=2, NPU=4)")
@@ -462,7 +494,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True) -> Delegat
                                   num_ops=split.num_ops)
         notes.append(f"{_refusal_message(model, 'GPU', gpu_refused)}\nthe model has resource variables, so it is "
                      "kept whole on the CPU rather than split between GPU and CPU")
-    whole = _cpu_plan(model, flags)
+    whole = _cpu_plan(model, flags, cpu_kernels, engines or {})
     result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
                             tuple(_refusals(model, Target.XLA_GPU)) if flags & GPU else (), whole.num_ops,
                             tuple(notes) + whole.notes)
@@ -472,7 +504,17 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True) -> Delegat
     return result
 
 
-def _cpu_plan(model: Model, flags: int) -> DelegationPlan:
+def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: dict | None = None) -> DelegationPlan:
+    if cpu_kernels == "reference":
+        reference_refused = _refusals(model, Target.REFERENCE)
+        if reference_refused:
+            raise UnsupportedOpError(_refusal_message(model, "numpy reference backend", reference_refused))
+        return DelegationPlan(flags, "CPU", Target.REFERENCE, _whole_model(model, CPU, Target.REFERENCE),
+                              num_ops=_count(model))
+    if cpu_kernels == "fast":
+        fast = _fast_cpu_plan(model, flags, (engines or {}).get("openvino"))
+        if fast is not None:
+            return fast
     target = Target.XLA_CPU
     notes = []
     cpu_refused = _refusals(model, Target.XLA_CPU)
@@ -485,3 +527,77 @@ def _cpu_plan(model: Model, flags: int) -> DelegationPlan:
                      + "\nthe model runs op by op on the numpy reference backend (slow)")
     return DelegationPlan(flags, "CPU", target, _whole_model(model, CPU, target), num_ops=_count(model),
                           notes=tuple(notes))
+
+
+# ---- CPU engines ----------------------------------------------------------------------------
+
+CPU_KERNELS = ("fast", "builtin", "reference")
+# An OpenVINO run of ops is worth a partition (two host copies of its edges, one more dispatch) only
+# when it holds real work: at least this many ops, one of them a matrix product or convolution.
+MIN_OPENVINO_RUN_OPS = 4
+_HEAVY_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D", "CONV_3D_TRANSPOSE",
+                        "FULLY_CONNECTED", "BATCH_MATMUL", "STABLEHLO_DOT_GENERAL", "STABLEHLO_CONVOLUTION"})
+
+
+def _openvino_engine(given: object | None) -> object | None:
+    if given is not None:
+        return given
+    from ..backends.engine import engine
+
+    candidate = engine("openvino")
+    return candidate if candidate.available() else None
+
+
+def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> DelegationPlan | None:
+    """OpenVINO for the ops it converts, XLA (or numpy) for the rest; None when OpenVINO takes nothing
+    (or is missing, or the model has resource variables: their state lives in one engine)."""
+    if _uses_variables(model):
+        return None
+    openvino = _openvino_engine(openvino)
+    if openvino is None:
+        logger.info("OpenVINO is not available: the CPU runs XLA only (pip install openvino)")
+        return None
+    support = _Support(model)
+    partitions: list[Partition] = []
+    num_ops = 0
+    for index in entry_subgraphs(model):
+        sg = model.subgraphs[index]
+        order = execution_order(sg, model.source)
+        num_ops += len(order)
+        refused = openvino.unsupported(model, index, order)
+        side = {i: "xla" if i in refused else "openvino" for i in order}
+        _keep_worthwhile_openvino_runs(sg, order, side)
+        parts = []
+        for run in _runs(_schedule(sg, order, side), side.__getitem__):
+            if side[run[0]] == "openvino":
+                parts.append((CPU, Target.OPENVINO, run, ()))
+                continue
+            cpu_ok = {i: {t for t in (Target.XLA_CPU, Target.REFERENCE)
+                          if support.op_reason(sg, sg.operators[i], t) is None} for i in run}
+            nowhere = [i for i in run if not cpu_ok[i]]
+            if nowhere:
+                raise UnsupportedOpError(_refusal_message(model, "CPU", [
+                    UnsupportedOp(index, i, sg.operators[i].opcode_name,
+                                  support.op_reason(sg, sg.operators[i], Target.REFERENCE) or "unsupported")
+                    for i in nowhere]))
+            for target, ops in _cpu_targets(run, cpu_ok):
+                parts.append((CPU, target, ops, ()))
+        partitions.extend(_with_edges(sg, parts))
+    if not any(p.target is Target.OPENVINO for p in partitions):
+        return None
+    # The plan's target is its main engine; ``partitions`` say which ops the others run.
+    return DelegationPlan(flags, "CPU", Target.OPENVINO, tuple(partitions), num_ops=num_ops,
+                          boundaries=tuple(_boundaries(model, partitions)))
+
+
+def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: dict[int, str]) -> None:
+    """Give back to XLA the OpenVINO runs too small to pay for their partition edges."""
+    if all(v == "openvino" for v in side.values()):
+        return
+    for run in _runs(_schedule(sg, order, side), side.__getitem__):
+        if side[run[0]] != "openvino":
+            continue
+        heavy = any(sg.operators[i].opcode_name in _HEAVY_OPS for i in run)
+        if len(run) < MIN_OPENVINO_RUN_OPS or not heavy:
+            for i in run:
+                side[i] = "xla"

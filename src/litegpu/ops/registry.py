@@ -31,15 +31,17 @@ from ..ir import Model, Operator, Options, Subgraph, Tensor
 
 
 class Target(enum.Enum):
-    """What an op is being run by: exact numpy, or XLA on a CPU or GPU."""
+    """What an op is being run by: exact numpy, XLA on a CPU or GPU, or OpenVINO on the CPU (which
+    converts ops itself: ops have no OpenVINO kernels, ``backends.openvino`` asks OpenVINO)."""
 
     REFERENCE = "reference"
     XLA_CPU = "xla_cpu"
     XLA_GPU = "xla_gpu"
+    OPENVINO = "openvino"
 
     @property
     def is_xla(self) -> bool:
-        return self is not Target.REFERENCE
+        return self in (Target.XLA_CPU, Target.XLA_GPU)
 
 
 class OpContext:

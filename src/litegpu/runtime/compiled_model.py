@@ -115,8 +115,11 @@ class CompiledModel:
         self._lock = threading.RLock()
         self._closed = False
         self._fell_back = False
-        self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
         self._cache, self._cache_key = self._open_compile_cache()
+        self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
+        if self._platform == "gpu" and self._cache is not None:
+            # the float view and the integer kernels are different programs
+            self._cache_key["quantized_execution"] = self._options.gpu_options.quantized_execution
         self._backends: dict[int, Any] = {}
         self._state: Any = None
         self._reference: Any = None
@@ -159,7 +162,8 @@ class CompiledModel:
             reasons.append("JAX sees no GPU on this machine")
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
-        chosen = plan(self._xla_ir, wanted, warn=not reasons)
+        chosen = plan(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._options.cpu_options.kernels,
+                      engines=self._engines())
         if reasons:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
@@ -384,12 +388,26 @@ class CompiledModel:
 
         token = self._options.cache_token or _model_fingerprint(self._ir, fingerprint)
         key = {"model_token": token, "litegpu": litegpu_version()}
-        if self._platform == "gpu":  # the float view and the integer kernels are different programs
-            key["quantized_execution"] = self._options.gpu_options.quantized_execution
         return CompileCache(directory), key
 
+    def _engines(self) -> dict[str, Any]:
+        """The CPU engines the planner may ask, holding this model's compile cache (OpenVINO's answer on
+        which ops it converts is cached there too)."""
+        if self._options.cpu_options.kernels != "fast":
+            return {}
+        from ..backends.openvino import OpenVinoEngine
+
+        engine = OpenVinoEngine(cache=self._cache, cache_key=self._cache_key)
+        return {"openvino": engine} if engine.available() else {}
+
+    def _engine_settings(self) -> Any:
+        from ..backends.engine import EngineSettings
+
+        cpu = self._options.cpu_options
+        return EngineSettings(num_threads=cpu.num_threads, precision=cpu.precision)
+
     def _make_backend(self, subgraph: int) -> Any:
-        if self._plan.is_split:
+        if self._plan.is_split or self._plan.target is Target.OPENVINO:
             return self._partitioned().signature(subgraph)
         if self._plan.target is Target.REFERENCE:
             if self._reference is None:
@@ -428,7 +446,7 @@ class CompiledModel:
 
             self._state = PartitionedModel(self._xla_ir, self._plan, precision=self._options.precision,
                                            device=self._environment.device, cache=self._cache,
-                                           cache_key=self._cache_key)
+                                           cache_key=self._cache_key, engine_settings=self._engine_settings())
         return self._state
 
     def reset_all_variables(self) -> None:

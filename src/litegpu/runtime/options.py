@@ -27,7 +27,13 @@ class HardwareAccelerator(enum.IntFlag):
 
 
 class CpuKernelMode(enum.IntEnum):
-    """The official package's CPU kernel choice; REFERENCE selects litegpu's numpy reference backend."""
+    """The official package's CPU kernel choice, mapped onto litegpu's engines.
+
+    XNNPACK (the official default, also spelled DELEGATE) means "the fast path": OpenVINO for the
+    float ops it converts, XLA for the rest (quantized integer ops included, bit-exact).  BUILTIN keeps
+    every op on the exact TFLite kernels under XLA (integers bit for bit with the official builtin
+    kernels).  REFERENCE runs litegpu's numpy interpreter.
+    """
 
     DELEGATE = 0
     XNNPACK = 0
@@ -35,19 +41,45 @@ class CpuKernelMode(enum.IntEnum):
     BUILTIN = 2
 
 
+CPU_PRECISIONS = ("fp32", "bf16")
+_KERNELS = {CpuKernelMode.XNNPACK: "fast", CpuKernelMode.BUILTIN: "builtin", CpuKernelMode.REFERENCE: "reference"}
+
+
 @dataclasses.dataclass
 class CpuOptions:
-    """CPU options.  ``num_threads`` is accepted for compatibility: XLA CPU sizes its own thread pool."""
+    """CPU options.
+
+    ``kernel_mode``: see :class:`CpuKernelMode` (None: the fast path).  ``num_threads``: threads of
+    the OpenVINO engine (0: all cores); XLA CPU sizes its own thread pool per process.
+    ``precision``: "fp32" (default, on every engine) or "bf16", which lets OpenVINO compute in bfloat16
+    on CPUs with AMX / AVX512-BF16 (faster, about 1e-2 relative error: BENCHMARKS.md); XLA partitions
+    stay fp32.  The xnnpack fields exist for compatibility and change nothing here.
+    """
 
     num_threads: int = 0
     kernel_mode: CpuKernelMode | None = None
     enable_ynnpack: bool = False
     xnnpack_flags: int | None = None
     xnnpack_weight_cache_path: str = ""
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_threads, int) or self.num_threads < 0:
             raise InvalidArgumentError(f"CpuOptions.num_threads must be an int >= 0, got {self.num_threads!r}")
+        if self.kernel_mode is not None:
+            try:
+                self.kernel_mode = CpuKernelMode(self.kernel_mode)
+            except ValueError:
+                raise InvalidArgumentError(f"CpuOptions.kernel_mode must be a CpuKernelMode, got "
+                                           f"{self.kernel_mode!r}") from None
+        if self.precision not in CPU_PRECISIONS:
+            raise InvalidArgumentError(f"CpuOptions.precision must be one of {', '.join(CPU_PRECISIONS)}, got "
+                                       f"{self.precision!r}")
+
+    @property
+    def kernels(self) -> str:
+        """The planner's name for the kernel mode: "fast", "builtin" or "reference"."""
+        return _KERNELS[CpuKernelMode.XNNPACK if self.kernel_mode is None else self.kernel_mode]
 
 
 @dataclasses.dataclass
@@ -147,5 +179,5 @@ def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator
                    cpu_options=CpuOptions(num_threads=1))
 
 
-__all__ = ["CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options", "PRECISIONS",
+__all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options", "PRECISIONS",
            "check_model_token", "resolve_options"]

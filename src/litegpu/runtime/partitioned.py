@@ -2,7 +2,8 @@
 
 A partition on an XLA target is one ``jax.jit`` program over its op range
 (``XlaBackend`` with ``op_range``), compiled per input shape like a whole
-model; a REFERENCE partition runs its ops with the numpy kernels.  Between
+model; an OPENVINO partition is a sub-model compiled by OpenVINO
+(``backends.openvino``); a REFERENCE partition runs its ops with the numpy kernels.  Between
 partitions, a tensor is placed on the next partition's device (``device_put``,
 or a host copy for numpy) the first time a partition there needs it, and that
 placed copy is reused by every later partition on the same device in the run.
@@ -58,8 +59,11 @@ class PartitionedModel:
 
     def __init__(self, model: ir.Model, plan: DelegationPlan, *, platforms: Mapping[int, str] | None = None,
                  precision: Any = None, device: Callable[[str], Any] | None = None, cache: Any = None,
-                 cache_key: dict | None = None):
+                 cache_key: dict | None = None, engine_settings: Any = None):
+        from ..backends.engine import EngineSettings
+
         self.model, self.plan = model, plan
+        self.engine_settings = engine_settings or EngineSettings()
         self.platforms = {int(k): v for k, v in {**DEFAULT_PLATFORMS, **(platforms or {})}.items()}
         self.precision = precision
         self._device = device
@@ -88,6 +92,11 @@ class PartitionedModel:
     def unit(self, partition: Partition) -> Any:
         if partition.target is Target.REFERENCE:
             return _ReferenceUnit(self.reference, partition)
+        if partition.target is Target.OPENVINO:
+            from ..backends.openvino import OpenVinoEngine
+
+            return OpenVinoEngine().compile(self.model, partition.op_range(), self.engine_settings, self.cache,
+                                            self.cache_key)
         from ..backends.xla import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
@@ -171,8 +180,17 @@ class PartitionedSignature:
             return tensor.data
         return np.zeros(tensor.shape, ir.numpy_dtype(tensor.dtype))
 
-    def output_shapes(self, input_shapes: Any) -> None:
-        return None  # the declared shapes (data-dependent partitions cannot be traced ahead of a run)
+    def output_shapes(self, input_shapes: Any) -> list[tuple[tuple[int, ...], Any]] | None:
+        """Output (shape, dtype) for these input (shape, dtype) when one unit runs the whole subgraph and can
+        tell; None means the declared shapes (data-dependent partitions cannot be traced ahead of a run)."""
+        if len(self.units) != 1 or not hasattr(self.units[0], "output_shapes"):
+            return None
+        unit, sg = self.units[0], self.subgraph
+        if set(unit.op_range.inputs) != set(sg.inputs) or not set(sg.outputs) <= set(unit.op_range.outputs):
+            return None
+        given = dict(zip(sg.inputs, input_shapes))
+        produced = dict(zip(unit.op_range.outputs, unit.output_shapes([given[t][0] for t in unit.op_range.inputs])))
+        return [produced[t] for t in sg.outputs]
 
     def reset_variables(self) -> None:
         self.owner.variables = {}

@@ -1,0 +1,170 @@
+"""The interface every engine implements, as ONNX Runtime's execution providers do.
+
+An engine answers three questions and keeps one promise:
+
+- ``available()``: can it run on this machine at all (its package installed, its device present)?
+- ``unsupported(model, subgraph, op_indices)``: which of these ops it cannot run, and why
+  (op index -> reason); the planner gives each partition to the fastest engine that takes all its ops;
+- ``compile(model, op_range, settings, cache)``: an :class:`Executable` for a run of ops, read from the
+  compile cache when an entry for the same model, partition, shapes, settings and versions is there;
+- an executable's ``run(inputs)`` returns the partition's outputs, numpy or device arrays.
+
+Engines are listed in ``ENGINES`` by name, fastest first within a device kind; a new engine is one
+module that subclasses :class:`Engine` and adds itself there.  The XLA engine's executables are
+:class:`~litegpu.backends.xla.XlaBackend` objects (one ``jax.jit`` program per input shape) and the
+reference engine's walk the graph with numpy kernels.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ..ir import Model
+from ..ops import Target
+from .graph import OpRange
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    """What a compiled partition depends on besides the model: part of its cache key."""
+
+    num_threads: int = 0            # 0: the engine's default (all cores)
+    precision: str = "fp32"         # "fp32", or a reduced precision the user asked for ("bf16", "fp16")
+
+
+class Executable(abc.ABC):
+    """A compiled partition (``XlaBackend`` has the same ``run``)."""
+
+    @abc.abstractmethod
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """Outputs of the partition (``op_range.outputs`` order) for inputs in ``op_range.inputs`` order."""
+
+
+class Engine(abc.ABC):
+    name: str = ""
+    target: Target
+
+    @abc.abstractmethod
+    def available(self) -> bool:
+        """Whether this machine can run the engine (its package imports, its device exists)."""
+
+    @abc.abstractmethod
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        """Op index -> why this engine cannot run it; ops not named are supported."""
+
+    @abc.abstractmethod
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None) -> Executable:
+        """An executable for ``op_range`` of ``model``."""
+
+    def describe(self) -> str:
+        """One line for ``litegpu doctor``: version and devices, or why it is missing."""
+        return self.name
+
+
+class XlaCpuEngine(Engine):
+    """Exact TFLite kernels (integers bit for bit) traced into XLA programs on the host."""
+
+    name, target = "xla", Target.XLA_CPU
+
+    def available(self) -> bool:
+        try:
+            from .xla import available_platforms
+
+            return "cpu" in available_platforms()
+        except ImportError:
+            return False
+
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        return _op_reasons(model, subgraph, op_indices, self.target)
+
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None, state: Any = None) -> Executable:
+        """An ``XlaBackend`` over ``op_range`` (one program per input shape).  ``state`` holds the device
+        weights and variables; partitions of one model pass the same one so that weights are placed once."""
+        from .xla import XlaBackend, XlaState, device_for
+
+        if state is None:
+            state = XlaState(model, device_for("cpu"), XlaBackend.storage_dtype(settings.precision))
+        return XlaBackend(model, op_range.subgraph, "cpu", precision=settings.precision, state=state, cache=cache,
+                          cache_key=cache_key, op_range=op_range)
+
+    def describe(self) -> str:
+        import jax
+        import jaxlib
+
+        return f"jax {jax.__version__} / jaxlib {jaxlib.__version__}; devices: " + ", ".join(
+            sorted({d.platform for d in jax.devices()}))
+
+
+class ReferenceEngine(Engine):
+    """The numpy interpreter: exact and slow; runs what nothing else can."""
+
+    name, target = "reference", Target.REFERENCE
+
+    def available(self) -> bool:
+        return True
+
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        return _op_reasons(model, subgraph, op_indices, self.target)
+
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None) -> Executable:
+        from .graph import GraphRunner
+
+        return _ReferenceExecutable(GraphRunner(model, Target.REFERENCE), op_range)
+
+    def describe(self) -> str:
+        import numpy
+
+        return f"numpy {numpy.__version__}"
+
+
+class _ReferenceExecutable(Executable):
+    def __init__(self, runner: Any, op_range: OpRange):
+        self.runner, self.op_range = runner, op_range
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        import numpy as np
+
+        return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])
+
+
+def _op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
+    from ..errors import UnsupportedOpError
+    from ..ops import lookup
+
+    sg = model.subgraphs[subgraph]
+    found = {}
+    for i in op_indices:
+        op = sg.operators[i]
+        try:
+            reason = lookup(op).unsupported_reason(op, sg, target)
+        except UnsupportedOpError as e:
+            reason = str(e)
+        if reason is not None:
+            found[i] = reason
+    return found
+
+
+def engine(name: str) -> Engine:
+    """The engine called ``name`` ("openvino", "xla", "reference")."""
+    if name not in ENGINES:
+        from ..errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"unknown engine {name!r}; litegpu has {', '.join(ENGINES)}")
+    return ENGINES[name]()
+
+
+def _openvino() -> Engine:
+    from .openvino import OpenVinoEngine
+
+    return OpenVinoEngine()
+
+
+ENGINES = {"openvino": _openvino, "xla": XlaCpuEngine, "reference": ReferenceEngine}
+
+__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "ReferenceEngine", "XlaCpuEngine", "engine"]

@@ -1,0 +1,372 @@
+"""The OpenVINO engine: CPU speed for the float ops it can convert.
+
+OpenVINO reads ``.tflite`` files itself and, measured here, runs float models faster than XNNPACK
+(BENCHMARKS.md).  It refuses much of what litegpu runs (MediaPipe custom ops, resource variables,
+DYNAMIC_UPDATE_SLICE, NMS, fused LSTM) and has no LiteRT API, so litegpu hands it *partitions*:
+
+- **Support** is OpenVINO's own answer: the ops of a subgraph are cut out as a sub-model by
+  litegpu's writer (``ir.extract``) and given to the TFLite frontend's ``convert_partially``, which
+  leaves every op it cannot convert as a framework node; those ops go to another engine.  Before
+  asking, a policy keeps some ops off OpenVINO that it would convert with different numbers:
+  integer-quantized and hybrid (dynamic-range) ops, whose TFLite arithmetic XLA reproduces bit for
+  bit while OpenVINO's int8 MobileNetV3 is up to 21 units off the builtin kernels (XNNPACK 5); ops
+  calling subgraphs; state (variables, random); strings and resources.
+- **Compile** writes the partition as a ``.tflite`` sub-model to a private temp file, reads it with
+  ``Core.read_model``, reshapes it to the run's input shapes and compiles it for the CPU with
+  ``INFERENCE_PRECISION_HINT=f32`` (OpenVINO silently computes in bf16 on AMX CPUs otherwise) and
+  the thread count asked for.  With a compile cache the compiled blob (``export_model``) is stored
+  under a key of the model token, partition, shapes, settings and versions, checksummed like the
+  XLA entries, and imported by a later process instead of converting and compiling again.
+- **Run** feeds numpy inputs to one infer request and copies the outputs out of OpenVINO's buffers
+  (the next run would overwrite them), in the dtypes the model declares.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import LiteGpuError, ModelExecutionError
+from ..ir import Model, Operator, Subgraph, numpy_dtype
+from ..ir.extract import extract_ops, port_tensor_index
+from ..ir.save import write_model
+from ..ops import Target
+from .engine import Engine, EngineSettings, Executable
+from .graph import OpRange
+
+log = logging.getLogger(__name__)
+
+# Tensor dtypes that mean TFLite integer arithmetic when they carry a quantization (or always, for
+# sub-byte weights): those ops stay on the exact kernels.
+_QUANTIZED_DTYPES = ("int8", "uint8", "int16", "int4", "int2", "uint4")
+_OPAQUE_DTYPES = ("resource", "variant", "string")
+_STATEFUL = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "RANDOM_UNIFORM",
+                       "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "HASHTABLE", "HASHTABLE_FIND",
+                       "HASHTABLE_IMPORT", "HASHTABLE_SIZE", "STABLEHLO_RNG_BIT_GENERATOR"})
+# Models with more constant bytes than this stay on XLA: OpenVINO copies a model's weights into its
+# compiled model, where XLA maps them in place from the file (big models keep their 1.3x memory goal).
+MAX_OPENVINO_WEIGHT_BYTES = 1 << 30
+_PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+
+
+@functools.lru_cache(maxsize=1)
+def _openvino() -> Any:
+    import openvino
+
+    return openvino
+
+
+@functools.lru_cache(maxsize=1)
+def _core() -> Any:
+    return _openvino().Core()
+
+
+@functools.lru_cache(maxsize=1)
+def _frontend() -> Any:
+    from openvino.frontend import FrontEndManager
+
+    return FrontEndManager().load_by_framework("tflite")
+
+
+def openvino_version() -> str:
+    return _openvino().get_version()
+
+
+class OpenVinoEngine(Engine):
+    """``cache``/``cache_key``: a compile cache where OpenVINO's verdict on a model's ops is kept, so that a
+    warm start does not convert the model again to learn what it supports."""
+
+    name, target = "openvino", Target.OPENVINO
+
+    def __init__(self, cache: Any = None, cache_key: dict | None = None):
+        self.cache, self.cache_key = cache, dict(cache_key or {})
+
+    def available(self) -> bool:
+        try:
+            return "CPU" in _core().available_devices
+        except Exception:  # not installed, or its plugin cannot start here
+            return False
+
+    def describe(self) -> str:
+        core = _core()
+        return f"openvino {openvino_version()}; CPU: {core.get_property('CPU', 'FULL_DEVICE_NAME')} (" + \
+            ", ".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")) + ")"
+
+    # ---- support ----------------------------------------------------------------------------
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        sg = model.subgraphs[subgraph]
+        refused = {}
+        if _constant_bytes(model) > MAX_OPENVINO_WEIGHT_BYTES:
+            reason = (f"the model's weights pass {MAX_OPENVINO_WEIGHT_BYTES >> 30} GiB: XLA maps them in place, "
+                      "OpenVINO would copy them")
+            return {i: reason for i in op_indices}
+        for i in op_indices:
+            reason = policy_reason(model, sg, sg.operators[i])
+            if reason is not None:
+                refused[i] = reason
+        candidates = [i for i in op_indices if i not in refused]
+        refused.update(self._cached_conversion_refusals(model, subgraph, candidates))
+        return refused
+
+    def _cached_conversion_refusals(self, model: Model, subgraph: int, candidates: list[int]) -> dict[int, str]:
+        if self.cache is None or not candidates:
+            return _conversion_refusals(model, subgraph, candidates)
+        import json
+
+        from ..compile.cache import make_key
+
+        key = make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
+                        "support": subgraph, "candidates": candidates})
+        stored = self.cache.load(key)
+        if stored is not None:
+            try:
+                return {int(i): str(why) for i, why in json.loads(stored).items()}
+            except (ValueError, AttributeError):
+                self.cache.discard(key, "not a support list")
+        found = _conversion_refusals(model, subgraph, candidates)
+        self.cache.store(key, json.dumps(found).encode(), {"engine": "openvino", "what": "support"})
+        return found
+
+    # ---- compile ----------------------------------------------------------------------------
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None) -> "OpenVinoExecutable":
+        return OpenVinoExecutable(model, op_range, settings, cache, cache_key)
+
+
+def policy_reason(model: Model, sg: Subgraph, op: Operator) -> str | None:
+    """Why an op is kept off OpenVINO before asking it (None: ask OpenVINO)."""
+    if op.opcode_name in _STATEFUL:
+        return "reads or writes state: kept where the model's state lives"
+    if any(k == "subgraph" or k.endswith("subgraph_index") for k in op.options):
+        return "calls a subgraph"
+    tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
+    if any(t.dtype in _OPAQUE_DTYPES for t in tensors):
+        return "string, resource or variant tensors"
+    if any(t.is_variable for t in tensors):
+        return "reads a variable tensor"
+    if op.is_custom:
+        from ..ops.python_ops import PythonCustomOp
+        from ..ops.registry import find
+
+        if isinstance(find(op.opcode_name, custom=True), PythonCustomOp):
+            return "a custom op registered from Python"
+    quantized = [t for t in tensors if t.dtype in _QUANTIZED_DTYPES and (
+        t.dtype in ("int4", "int2", "uint4") or t.quantization is not None and t.quantization.is_affine)]
+    if quantized and not _is_weight_dequantize(sg, op):
+        return ("quantized integer arithmetic: kept on the exact TFLite kernels (OpenVINO's int8 results differ "
+                "from the builtin kernels by more than XNNPACK's)")
+    return None
+
+
+def _is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
+    """DEQUANTIZE of a constant (weight-only quantization, float16 weights): exact in any engine."""
+    return op.opcode_name == "DEQUANTIZE" and op.inputs and sg.tensors[op.inputs[0]].data is not None \
+        and sg.tensors[op.outputs[0]].dtype == "float32"
+
+
+def _constant_bytes(model: Model) -> int:
+    return sum(b.size for b in model.buffers)
+
+
+def _partition_edges(sg: Subgraph, ops: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Tensors a run of ops reads from outside (non-constant) and every tensor it produces."""
+    produced = [t for i in ops for t in sg.operators[i].outputs if t >= 0]
+    made = set(produced)
+    reads: dict[int, None] = {}
+    for i in ops:
+        for t in sg.operators[i].inputs:
+            if t >= 0 and t not in made and sg.tensors[t].data is None:
+                reads.setdefault(t, None)
+    return list(reads), produced
+
+
+def _conversion_refusals(model: Model, subgraph: int, candidates: list[int]) -> dict[int, str]:
+    """OpenVINO's own verdict on ``candidates``: the ops its TFLite frontend leaves as framework nodes."""
+    if not candidates:
+        return {}
+    sg = model.subgraphs[subgraph]
+    inputs, outputs = _partition_edges(sg, candidates)
+    try:
+        converted = _convert_partially(extract_ops(model, subgraph, candidates, inputs, outputs))
+    except Exception as e:  # the frontend refused the sub-model as a whole: ask op by op
+        log.debug("OpenVINO refused %d ops at once (%s); asking op by op", len(candidates), e)
+        return _refusals_one_by_one(model, subgraph, candidates)
+    refused = {}
+    for node in converted.get_ordered_ops():
+        if "FrameworkNode" in node.get_type_name():
+            position = _framework_node_position(node)
+            if position is not None and 0 <= position < len(candidates):
+                refused[candidates[position]] = "OpenVINO's TFLite frontend cannot convert it"
+    return refused
+
+
+def _framework_node_position(node: Any) -> int | None:
+    """The sub-model op a framework node stands for: its friendly name is the op's position."""
+    name = node.get_friendly_name()
+    return int(name) if name.isdigit() else None
+
+
+def _refusals_one_by_one(model: Model, subgraph: int, candidates: list[int]) -> dict[int, str]:
+    sg = model.subgraphs[subgraph]
+    refused = {}
+    for i in candidates:
+        inputs, outputs = _partition_edges(sg, [i])
+        try:
+            converted = _convert_partially(extract_ops(model, subgraph, [i], inputs, outputs))
+        except Exception as e:
+            refused[i] = f"OpenVINO's TFLite frontend refuses it: {str(e).strip().splitlines()[-1][:200]}"
+            continue
+        if any("FrameworkNode" in n.get_type_name() for n in converted.get_ordered_ops()):
+            refused[i] = "OpenVINO's TFLite frontend cannot convert it"
+    return refused
+
+
+def _convert_partially(sub: Model) -> Any:
+    with _written(sub) as path:
+        frontend = _frontend()
+        return frontend.convert_partially(frontend.load(path))
+
+
+class _written:
+    """A sub-model written to a private temp file for as long as the ``with`` block lasts."""
+
+    def __init__(self, model: Model):
+        self.model = model
+
+    def __enter__(self) -> str:
+        fd, self.path = tempfile.mkstemp(prefix="litegpu-part-", suffix=".tflite")
+        os.close(fd)
+        write_model(self.model, self.path)
+        return self.path
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class OpenVinoExecutable(Executable):
+    """One partition compiled by OpenVINO for the CPU, recompiled (and cached) per input shapes."""
+
+    def __init__(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                 cache_key: dict | None = None):
+        self.model, self.op_range, self.settings = model, op_range, settings
+        self.cache, self.cache_key = cache, dict(cache_key or {})
+        self.where = "host"
+        sg = model.subgraphs[op_range.subgraph]
+        self._output_dtypes = [np.dtype(numpy_dtype(sg.tensors[t].dtype)) for t in op_range.outputs]
+        self._declared = [tuple(sg.tensors[t].shape) for t in op_range.inputs]
+        self._compiled: dict[tuple, _Compiled] = {}
+        self._lock = threading.Lock()
+        self.loaded_from_cache = False
+
+    def _config(self) -> dict[str, Any]:
+        hint = _PRECISION_HINTS.get(self.settings.precision)
+        if hint is None:
+            raise ModelExecutionError(f"OpenVINO has no precision {self.settings.precision!r}; use fp32 or bf16")
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
+        if self.settings.num_threads > 0:
+            config["INFERENCE_NUM_THREADS"] = int(self.settings.num_threads)
+        return config
+
+    def _key(self, shapes: tuple) -> str:
+        from ..compile.cache import make_key
+
+        return make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
+                         "subgraph": self.op_range.subgraph, "ops": list(self.op_range.op_indices),
+                         "inputs": list(self.op_range.inputs), "outputs": list(self.op_range.outputs),
+                         "shapes": [list(s) for s in shapes], "config": self._config()})
+
+    def compiled_for(self, shapes: tuple) -> "_Compiled":
+        with self._lock:
+            if shapes not in self._compiled:
+                self._compiled[shapes] = self._compile(shapes)
+            return self._compiled[shapes]
+
+    def _compile(self, shapes: tuple) -> "_Compiled":
+        core, config = _core(), self._config()
+        key = self._key(shapes) if self.cache is not None else None
+        if key is not None:
+            blob = self.cache.load(key)
+            if blob is not None:
+                try:
+                    compiled = core.import_model(io.BytesIO(blob), "CPU", config)
+                    self.loaded_from_cache = True
+                    return _Compiled(compiled, self.op_range)
+                except Exception as e:  # a blob this OpenVINO cannot read: rebuild it, never trust it
+                    self.cache.discard(key, f"OpenVINO could not import it ({type(e).__name__})")
+        sub = extract_ops(self.model, self.op_range.subgraph, self.op_range.op_indices, self.op_range.inputs,
+                          self.op_range.outputs)
+        try:
+            with _written(sub) as path:
+                ov_model = core.read_model(path)
+                if list(shapes) != self._declared:
+                    ov_model.reshape({port: list(shape) for port, shape in zip(_ports_in_order(
+                        ov_model.inputs, self.op_range.inputs), shapes)})
+                compiled = core.compile_model(ov_model, "CPU", config)
+        except LiteGpuError:
+            raise
+        except Exception as e:
+            raise ModelExecutionError(f"{self.model.source}: OpenVINO could not compile {self.op_range} for input "
+                                      f"shapes {[list(s) for s in shapes]}: {str(e).strip()[:400]} (CpuOptions("
+                                      "kernel_mode=CpuKernelMode.BUILTIN) runs the model on XLA instead)") from e
+        if key is not None:
+            stream = io.BytesIO()
+            compiled.export_model(stream)
+            self.cache.store(key, stream.getvalue(), {"engine": "openvino", "source": self.model.source,
+                                                      "partition": str(self.op_range)})
+        return _Compiled(compiled, self.op_range)
+
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """(shape, dtype) of each output for these input shapes (compiling for them if needed)."""
+        compiled = self.compiled_for(tuple(tuple(int(d) for d in s) for s in input_shapes))
+        return [(tuple(int(d) for d in port.get_shape()), dtype)
+                for port, dtype in zip(compiled.outputs, self._output_dtypes)]
+
+    def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        arrays = [np.ascontiguousarray(np.asarray(x)) for x in inputs]
+        compiled = self.compiled_for(tuple(tuple(int(d) for d in a.shape) for a in arrays))
+        results = compiled.infer(arrays)
+        return [r if r.dtype == dtype else r.astype(dtype) for r, dtype in zip(results, self._output_dtypes)]
+
+
+def _ports_in_order(ports: Sequence[Any], tensors: Sequence[int]) -> list[Any]:
+    """OpenVINO's ports sorted as ``tensors`` (the partition's order), matched by the names we gave them."""
+    by_tensor = {}
+    for port in ports:
+        for name in port.get_names():
+            index = port_tensor_index(name)
+            if index is not None:
+                by_tensor[index] = port
+    missing = [t for t in tensors if t not in by_tensor]
+    if missing:
+        raise ModelExecutionError(f"OpenVINO's compiled partition lacks ports for tensors {missing}")
+    return [by_tensor[t] for t in tensors]
+
+
+class _Compiled:
+    """A compiled model, its ports in partition order and one infer request (runs are serialised)."""
+
+    def __init__(self, compiled: Any, op_range: OpRange):
+        self.compiled = compiled
+        self.inputs = _ports_in_order(compiled.inputs, op_range.inputs)
+        self.outputs = _ports_in_order(compiled.outputs, op_range.outputs)
+        self.request = compiled.create_infer_request()
+        self.lock = threading.Lock()
+
+    def infer(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with self.lock:
+            self.request.infer({port: a for port, a in zip(self.inputs, arrays)}, share_inputs=True)
+            return [np.array(self.request.get_tensor(port).data, copy=True) for port in self.outputs]
+
+
+__all__ = ["MAX_OPENVINO_WEIGHT_BYTES", "OpenVinoEngine", "OpenVinoExecutable", "openvino_version", "policy_reason"]
