@@ -23,6 +23,10 @@ class ModelExecutionError(LiteGpuError, RuntimeError):
     """An op failed while running (bad runtime shapes, data-dependent errors)."""
 
 
+class EngineCompileError(ModelExecutionError):
+    """An engine accepted a partition's ops but could not compile them (for some input shapes)."""
+
+
 class AcceleratorUnavailableError(LiteGpuError, RuntimeError):
     """The requested accelerator is not present on this machine."""
 

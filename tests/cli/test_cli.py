@@ -268,8 +268,8 @@ def test_inspect_accelerator_gpu_prints_partitions_fallbacks_and_boundaries(tmp_
     code, out, err = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "gpu")
     assert code == 0 and err == ""  # the report says it all: no warnings on stderr
     text = " ".join(out.split())
-    assert "7 operations will run on the GPU, and the remaining 2 on the CPU" in text
-    assert "Partitions (3)" in out and "NON_MAX_SUPPRESSION_V4, WHERE" in out
+    assert "7 operations will run on the GPU, and the remaining 2 on the CPU (2 on the numpy reference)" in text
+    assert "Partitions (3)" in out and "NON_MAX_SUPPRESSION_V4" in text and "WHERE" in text
     assert "NON_MAX_SUPPRESSION_V4 │ #5 │ output shape depends on data" in text
     assert "boxes (4) │ [64, 4] │ float32 │ 1024 │ 0 -> 1, 2" in text
     assert "1.3 KiB moved between devices per run" in text
@@ -283,7 +283,8 @@ def test_inspect_accelerator_json(tmp_path, capsys):
     assert {f["op"] for f in plan["fallbacks"]} == {"NON_MAX_SUPPRESSION_V4", "WHERE"}
     assert plan["transfer_bytes"] == 1376 and not plan["fully_accelerated"]
     code, out, _ = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "cpu", "--json")
-    assert json.loads(out)["plan"]["partitions"][0]["backend"] == "reference"
+    # the CPU plan names each partition's engine: OpenVINO for the convolutions, XLA for NMS and WHERE
+    assert {p["engine"] for p in json.loads(out)["plan"]["partitions"]} == {"openvino", "xla"}
 
 
 def test_inspect_mobile_gpu(tmp_path, shared_models, capsys):

@@ -57,10 +57,10 @@ def detector_image(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=(1, 8, 8, 3)).astype(np.float32)
 
 
-def quiet_plan(model, flags=HA.GPU | HA.CPU):
+def quiet_plan(model, flags=HA.GPU | HA.CPU, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return plan(model, flags)
+        return plan(model, flags, **kwargs)
 
 
 def test_detector_plan_keeps_convolutions_on_gpu_and_sends_nms_and_where_to_cpu():
@@ -73,7 +73,7 @@ def test_detector_plan_keeps_convolutions_on_gpu_and_sends_nms_and_where_to_cpu(
     assert reasons == {("NON_MAX_SUPPRESSION_V4", 5): "output shape depends on data",
                        ("WHERE", 8): "output shape depends on data"}
     assert p.partitions[0].reasons == () and (p.ops_on("GPU"), p.ops_on(HA.CPU)) == (7, 2)
-    assert p.summary() == "7 operations will run on the GPU, and the remaining 2 on the CPU"
+    assert p.summary() == "7 operations will run on the GPU, and the remaining 2 on the CPU (2 on the numpy reference)"
 
 
 def test_boundaries_list_each_crossing_tensor_once_with_its_size():
@@ -100,7 +100,7 @@ def test_warnings_name_each_refused_op_kind_once_then_the_counts(caplog):
         plan(detector_model(num_where=3), HA.GPU | HA.CPU)
     expected = ["op NON_MAX_SUPPRESSION_V4 (#5) cannot be handled by the GPU: output shape depends on data",
                 "op WHERE (#8) cannot be handled by the GPU: output shape depends on data (and 2 more WHERE ops)",
-                "7 operations will run on the GPU, and the remaining 4 on the CPU"]
+                "7 operations will run on the GPU, and the remaining 4 on the CPU (4 on the numpy reference)"]
     assert [str(w.message) for w in caught] == expected
     assert all(issubclass(w.category, PartialDelegationWarning) for w in caught)
     assert [r.getMessage() for r in caplog.records] == expected
@@ -164,7 +164,7 @@ def test_an_op_calling_a_subgraph_with_a_refused_op_falls_back_with_the_inner_re
 
 def test_fully_supported_and_cpu_only_plans_stay_whole():
     model = detector_model()
-    cpu = quiet_plan(model, HA.CPU)
+    cpu = quiet_plan(model, HA.CPU, cpu_kernels="builtin")
     assert (cpu.is_split, cpu.target, len(cpu.partitions)) == (False, Target.REFERENCE, 1)
     b = ModelBuilder()
     x = b.input("x", (3,))

@@ -26,9 +26,16 @@ def small_model(path, scale=2.0, dynamic=False):
     return path
 
 
-def run_once(path, cache_dir, precision="fp32", token=None, batch=1):
+BUILTIN, FAST = litegpu.CpuKernelMode.BUILTIN, litegpu.CpuKernelMode.XNNPACK
+
+
+def run_once(path, cache_dir, precision="fp32", token=None, batch=1, kernel_mode=BUILTIN, cpu_precision="fp32",
+             threads=1):
+    """One start: the XLA engine's cache by default (kernel_mode=BUILTIN), OpenVINO's with FAST."""
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, serialization_dir=str(cache_dir), model_token=token,
-                              gpu_options=litegpu.GpuOptions(precision=precision))
+                              gpu_options=litegpu.GpuOptions(precision=precision),
+                              cpu_options=litegpu.CpuOptions(num_threads=threads, kernel_mode=kernel_mode,
+                                                             precision=cpu_precision))
     model = litegpu.CompiledModel.from_file(str(path), options=options)
     if batch != 1:
         model.resize_input_tensor(0, [batch, 4], strict=False)
@@ -116,3 +123,73 @@ def test_two_processes_starting_together_on_an_empty_cache(tmp_path):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()[-2000:]
         assert out.decode().strip().splitlines()[-1] == "8.0"
+
+
+# ---- the OpenVINO engine's entries: its compiled blob and its answer on which ops it converts ----
+
+openvino = pytest.importorskip("openvino")
+
+
+def test_openvino_second_start_hits_and_gives_same_result(tmp_path):
+    path = small_model(tmp_path / "m.tflite")
+    first = run_once(path, tmp_path / "c", kernel_mode=FAST)
+    filled = entries(tmp_path / "c")
+    assert len(filled) == 2  # the support answer and the compiled blob
+    assert np.array_equal(run_once(path, tmp_path / "c", kernel_mode=FAST), first)
+    assert entries(tmp_path / "c") == filled
+    assert np.allclose(first, 2.0)
+
+
+@pytest.mark.parametrize("change", ["model", "cpu_precision", "threads", "shape", "token"])
+def test_openvino_any_change_misses(tmp_path, change):
+    path = small_model(tmp_path / "m.tflite", dynamic=True)
+    run_once(path, tmp_path / "c", kernel_mode=FAST)
+    before = set(entries(tmp_path / "c"))
+    if change == "model":
+        y = run_once(small_model(tmp_path / "m.tflite", scale=3.0, dynamic=True), tmp_path / "c", kernel_mode=FAST)
+        assert np.allclose(y, 3.0)  # never the stale blob
+    elif change == "cpu_precision":
+        run_once(path, tmp_path / "c", kernel_mode=FAST, cpu_precision="bf16")
+    elif change == "threads":
+        run_once(path, tmp_path / "c", kernel_mode=FAST, threads=2)
+    elif change == "shape":
+        y = run_once(path, tmp_path / "c", kernel_mode=FAST, batch=3)
+        assert y.shape == (3, 4)
+    else:
+        run_once(path, tmp_path / "c", kernel_mode=FAST, token="other-token")
+    assert set(entries(tmp_path / "c")) > before
+
+
+@pytest.mark.parametrize("damage", ["truncate", "corrupt"])
+def test_openvino_damaged_entries_are_rebuilt(tmp_path, damage):
+    path = small_model(tmp_path / "m.tflite")
+    expected = run_once(path, tmp_path / "c", kernel_mode=FAST)
+    for entry in (tmp_path / "c").glob("*.bin"):
+        blob = bytearray(entry.read_bytes())
+        if damage == "truncate":
+            blob = blob[: len(blob) // 2]
+        else:
+            blob[len(blob) // 2] ^= 0x5A
+        entry.write_bytes(bytes(blob))
+    with pytest.warns(RuntimeWarning, match="discarding"):
+        got = run_once(path, tmp_path / "c", kernel_mode=FAST)
+    assert np.array_equal(got, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert litegpu.compile.cache.CompileCache(tmp_path / "c").verify() == []
+
+
+def test_openvino_blob_it_cannot_import_is_discarded(tmp_path, monkeypatch):
+    """An entry with a valid checksum that OpenVINO refuses (another build wrote it) is rebuilt, not trusted."""
+    from litegpu.backends import openvino as engine
+
+    path = small_model(tmp_path / "m.tflite")
+    expected = run_once(path, tmp_path / "c", kernel_mode=FAST)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("blob from another OpenVINO build")
+
+    monkeypatch.setattr(engine._core(), "import_model", refuse, raising=False)
+    with pytest.warns(RuntimeWarning, match="could not import"):
+        got = run_once(path, tmp_path / "c", kernel_mode=FAST)
+    assert np.array_equal(got, expected)

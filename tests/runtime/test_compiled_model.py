@@ -12,6 +12,15 @@ from conftest import add_model, conv_model, official_compiled_model, two_signatu
 import litegpu as lg
 from litegpu import HardwareAccelerator as HA
 
+# Tests of the XLA engine's own behaviour (device arrays, per-shape programs, precision, shared weights)
+# ask for it: the default CPU path gives float models to OpenVINO.
+XLA_CPU = lg.Options(HA.CPU, cpu_options=lg.CpuOptions(kernel_mode=lg.CpuKernelMode.BUILTIN))
+
+
+def xla_options(**gpu):
+    return lg.Options(HA.CPU, cpu_options=lg.CpuOptions(kernel_mode=lg.CpuKernelMode.BUILTIN),
+                      gpu_options=lg.GpuOptions(**gpu))
+
 PLACEHOLDER = "<placeholder signature>"
 QUERY_MODELS = {"no_signature": add_model, "two_signatures": two_signature_model, "conv": conv_model}
 
@@ -85,7 +94,7 @@ def test_host_memory_output_buffer_receives_results_in_place(add_bytes):
 
 
 def test_run_async_returns_an_event_and_outputs_chain_on_device(add_bytes):
-    model = lg.CompiledModel.from_buffer(add_bytes)
+    model = lg.CompiledModel.from_buffer(add_bytes, options=XLA_CPU)
     ins, outs = model.create_input_buffers(0), model.create_output_buffers(0)
     ins[0].write(np.ones((1, 4), np.float32))
     ins[1].write(np.full((1, 4), 2, np.float32))
@@ -164,7 +173,7 @@ def test_resize_follows_official_strict_and_non_strict_rules(add_bytes):
 
 
 def test_each_new_shape_compiles_once_and_is_cached(add_bytes):
-    model = lg.CompiledModel.from_buffer(add_bytes)
+    model = lg.CompiledModel.from_buffer(add_bytes, options=XLA_CPU)
     y = np.ones((1, 4), np.float32)
     for batch in (1, 3, 1, 3, 3):
         model(np.ones((batch, 4), np.float32), y)
@@ -198,22 +207,21 @@ def test_npu_is_a_clear_error_and_npu_or_cpu_runs_on_cpu(add_bytes):
                                                  ("fp16_fp32_accum", 1e-5, 5e-2)])
 def test_precision_policy(conv_bytes, precision, low, high):
     x = np.random.default_rng(1).normal(size=(1, 8, 8, 16)).astype(np.float32)
-    exact = lg.CompiledModel.from_buffer(conv_bytes)(x)
-    options = lg.Options(HA.CPU, gpu_options=lg.GpuOptions(precision=precision))
-    got = lg.CompiledModel.from_buffer(conv_bytes, options=options)(x)
+    exact = lg.CompiledModel.from_buffer(conv_bytes, options=XLA_CPU)(x)
+    got = lg.CompiledModel.from_buffer(conv_bytes, options=xla_options(precision=precision))(x)
     assert got.dtype == np.float32
     err = np.abs(got - exact).max()
     assert low <= err <= high, f"{precision}: max error {err}"
 
 
 def test_fp16_holds_weights_on_the_device_in_half_precision(conv_bytes):
-    model = lg.CompiledModel.from_buffer(conv_bytes, options=lg.Options(gpu_options=lg.GpuOptions(precision="fp16")))
+    model = lg.CompiledModel.from_buffer(conv_bytes, options=xla_options(precision="fp16"))
     model(np.zeros((1, 8, 8, 16), np.float32))
     assert {str(p.dtype) for p in model._state.params.values()} == {"float16"}
 
 
 def test_signatures_share_one_copy_of_the_weights(two_sig_bytes):
-    model = lg.CompiledModel.from_buffer(two_sig_bytes)
+    model = lg.CompiledModel.from_buffer(two_sig_bytes, options=XLA_CPU)
     model(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
     model(np.ones(4, np.float32), signature_key="scale")
     assert model._backends[0].state is model._backends[1].state

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LiteGpuError, ModelExecutionError
+from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import write_model
@@ -59,9 +59,23 @@ _PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 @functools.lru_cache(maxsize=1)
 def _openvino() -> Any:
+    _keep_telemetry_off()
     import openvino
 
     return openvino
+
+
+def _keep_telemetry_off() -> None:
+    """OpenVINO's frontends import its converter package, which sends usage events to an analytics
+    service from a forked process (``openvino_telemetry``) unless a consent file says no.  A runtime
+    library must not phone home, nor fork inside a multithreaded (JAX) process: while litegpu loads
+    OpenVINO, the telemetry package is made unimportable, so OpenVINO falls back to its own no-op
+    stub.  ``LITEGPU_OPENVINO_TELEMETRY=1`` leaves it alone; a process that already imported it keeps it."""
+    import sys
+
+    if os.environ.get("LITEGPU_OPENVINO_TELEMETRY") == "1" or "openvino_telemetry" in sys.modules:
+        return
+    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # import raises ImportError
 
 
 @functools.lru_cache(maxsize=1)
@@ -264,7 +278,7 @@ class OpenVinoExecutable(Executable):
         self.where = "host"
         sg = model.subgraphs[op_range.subgraph]
         self._output_dtypes = [np.dtype(numpy_dtype(sg.tensors[t].dtype)) for t in op_range.outputs]
-        self._declared = [tuple(sg.tensors[t].shape) for t in op_range.inputs]
+        self._declared = [tuple(int(d) for d in sg.tensors[t].shape) for t in op_range.inputs]
         self._compiled: dict[tuple, _Compiled] = {}
         self._lock = threading.Lock()
         self.loaded_from_cache = False
@@ -316,7 +330,7 @@ class OpenVinoExecutable(Executable):
         except LiteGpuError:
             raise
         except Exception as e:
-            raise ModelExecutionError(f"{self.model.source}: OpenVINO could not compile {self.op_range} for input "
+            raise EngineCompileError(f"{self.model.source}: OpenVINO could not compile {self.op_range} for input "
                                       f"shapes {[list(s) for s in shapes]}: {str(e).strip()[:400]} (CpuOptions("
                                       "kernel_mode=CpuKernelMode.BUILTIN) runs the model on XLA instead)") from e
         if key is not None:
@@ -325,6 +339,10 @@ class OpenVinoExecutable(Executable):
             self.cache.store(key, stream.getvalue(), {"engine": "openvino", "source": self.model.source,
                                                       "partition": str(self.op_range)})
         return _Compiled(compiled, self.op_range)
+
+    def prepare(self) -> None:
+        """Compile for the declared input shapes now (ModelExecutionError if OpenVINO cannot)."""
+        self.compiled_for(tuple(self._declared))
 
     def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """(shape, dtype) of each output for these input shapes (compiling for them if needed)."""

@@ -210,18 +210,20 @@ def accelerator_flags(spec: str) -> int:
     return int(GPU | CPU) if "gpu" in names else int(CPU)
 
 
-def plan_summary(model: Model, flags: int) -> dict:
+def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
     from ..compile import plan
 
-    p = plan(model, flags, warn=False)
+    p = plan(model, flags, warn=False, cpu_kernels=cpu_kernels)
     partitions = [{
-        "index": k, "accelerator": q.device, "backend": q.target.value, "subgraph": q.subgraph_index,
+        "index": k, "accelerator": q.device, "engine": q.engine, "backend": q.target.value,
+        "subgraph": q.subgraph_index,
         "ops": len(q.op_indices), "op_indices": list(q.op_indices),
         "op_kinds": dict(Counter(model.subgraphs[q.subgraph_index].operators[i].opcode_name for i in q.op_indices)),
     } for k, q in enumerate(p.partitions)]
     return {
         "requested": "GPU | CPU" if flags & 2 else "CPU", "accelerator": p.accelerator,
-        "fully_accelerated": p.fully_accelerated, "summary": p.summary(),
+        "fully_accelerated": p.fully_accelerated, "summary": p.summary(), "engines": p.engine_summary(),
+        "cpu_kernels": cpu_kernels,
         "ops_on_gpu": p.ops_on("GPU"), "ops_on_cpu": p.ops_on("CPU"), "partitions": partitions,
         "fallbacks": [{"op": u.opcode, "index": u.op_index, "subgraph": u.subgraph, "reason": u.reason}
                       for u in p.unsupported],
@@ -246,12 +248,14 @@ def render_plan(info: dict) -> None:
     out, plan_info = console(), info["plan"]
     out.print(f"[bold]Delegation plan for {plan_info['requested']}[/bold]: {plan_info['summary']} "
               f"(fully accelerated: {'yes' if plan_info['fully_accelerated'] else 'no'})")
+    out.print(f"Engines ({plan_info['cpu_kernels']} CPU kernels): {plan_info['engines']}")
     table = titled_table(f"Partitions ({len(plan_info['partitions'])})")
-    for col in ("#", "accelerator", "backend", "subgraph", "ops", "op kinds"):
+    for col in ("#", "accelerator", "engine", "backend", "subgraph", "ops", "op kinds"):
         table.add_column(col, overflow="fold")
     for q in plan_info["partitions"]:
         kinds = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in q["op_kinds"].items())
-        table.add_row(str(q["index"]), q["accelerator"], q["backend"], str(q["subgraph"]), str(q["ops"]), kinds)
+        table.add_row(str(q["index"]), q["accelerator"], q["engine"], q["backend"], str(q["subgraph"]),
+                      str(q["ops"]), kinds)
     out.print(table)
     if plan_info["fallbacks"]:
         table = titled_table("Ops that fell back to the CPU")
@@ -296,7 +300,7 @@ def run(args: Any) -> int:
         model = model_from_raw(decode_model(args.file))
         info: dict = {"file": str(args.file)}
         if args.accelerator:
-            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator))
+            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator), args.kernel_mode)
         if args.mobile_gpu:
             info["mobile_gpu"] = mobile_gpu_summary(model)
     else:
@@ -321,6 +325,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accelerator", metavar="cpu|gpu|gpu,cpu",
                    help="print the delegation plan instead: partitions, op counts, the ops that fall back to the "
                         "CPU and why, and the tensors crossing partitions with their sizes")
+    p.add_argument("--kernel-mode", choices=("fast", "builtin", "reference"), default="fast",
+                   help="CPU kernels for the plan: fast (OpenVINO where it converts the ops, XLA for the rest; the "
+                        "default), builtin (the exact TFLite kernels on XLA) or reference (numpy)")
     p.add_argument("--mobile-gpu", action="store_true",
                    help="print which ops the LiteRT mobile GPU delegate would not take (op list, versions, types)")
     p.set_defaults(handler=run)

@@ -19,6 +19,8 @@ to run the GPU partitions (traced with the GPU's rules) on the XLA CPU backend.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from .. import ir
 from ..compile import CPU, GPU, DelegationPlan, Partition
-from ..errors import ModelExecutionError
+from ..errors import EngineCompileError, ModelExecutionError
 from ..ops import Target
 
 DEFAULT_PLATFORMS = {GPU: "gpu", CPU: "cpu"}
@@ -51,6 +53,42 @@ class _XlaUnit:
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         return self.backend.run(inputs)
+
+
+class _OpenVinoUnit:
+    """An OpenVINO partition that hands itself to the exact kernels, with a warning, the first time OpenVINO
+    cannot compile it (its shape inference refuses some graphs TFLite accepts, or a new input shape)."""
+
+    where = HOST
+
+    def __init__(self, executable: Any, exact: Callable[[], Any]):
+        self.executable, self._exact = executable, exact
+        self.op_range = executable.op_range
+        self.fallback: Any = None
+
+    @property
+    def engine(self) -> str:
+        return "openvino" if self.fallback is None else getattr(self.fallback, "engine", "xla")
+
+    def fall_back(self, error: Exception) -> None:
+        warnings.warn(f"{error}; this partition runs on the exact kernels instead", RuntimeWarning, stacklevel=3)
+        self.fallback = self._exact()
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        if self.fallback is None:
+            try:
+                return self.executable.run(inputs)
+            except EngineCompileError as e:
+                self.fall_back(e)
+        return self.fallback.run(inputs)
+
+    def output_shapes(self, input_shapes: Any) -> Any:
+        if self.fallback is None:
+            try:
+                return self.executable.output_shapes(input_shapes)
+            except EngineCompileError as e:
+                self.fall_back(e)
+        return None
 
 
 class PartitionedModel:
@@ -93,10 +131,7 @@ class PartitionedModel:
         if partition.target is Target.REFERENCE:
             return _ReferenceUnit(self.reference, partition)
         if partition.target is Target.OPENVINO:
-            from ..backends.openvino import OpenVinoEngine
-
-            return OpenVinoEngine().compile(self.model, partition.op_range(), self.engine_settings, self.cache,
-                                            self.cache_key)
+            return self._openvino_unit(partition)
         from ..backends.xla import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
@@ -106,6 +141,30 @@ class PartitionedModel:
         # The partition's target picks the kernels' rules (GPU), the platform only where they execute.
         backend.target = partition.target
         return _XlaUnit(backend)
+
+    def _openvino_unit(self, partition: Partition) -> Any:
+        """The partition compiled by OpenVINO for its declared shapes; if OpenVINO converts its ops but cannot
+        compile them together (its shape inference refuses a graph TFLite accepts), the exact kernels run it
+        and a warning says so."""
+        from ..backends.openvino import OpenVinoEngine
+
+        executable = OpenVinoEngine().compile(self.model, partition.op_range(), self.engine_settings, self.cache,
+                                              self.cache_key)
+        unit = _OpenVinoUnit(executable, lambda: self._exact_unit(partition))
+        try:
+            executable.prepare()
+        except EngineCompileError as e:
+            unit.fall_back(e)
+        return unit
+
+    def _exact_unit(self, partition: Partition) -> Any:
+        """What runs an OpenVINO partition that OpenVINO cannot compile: XLA, or numpy where XLA refuses an op."""
+        from ..backends.engine import XlaCpuEngine
+
+        op_range = partition.op_range()
+        if XlaCpuEngine().unsupported(self.model, partition.subgraph_index, op_range.op_indices):
+            return _ReferenceUnit(self.reference, partition)
+        return self.unit(dataclasses.replace(partition, target=Target.XLA_CPU))
 
     def signature(self, subgraph: int) -> "PartitionedSignature":
         if subgraph not in self._signatures:
@@ -189,7 +248,10 @@ class PartitionedSignature:
         if set(unit.op_range.inputs) != set(sg.inputs) or not set(sg.outputs) <= set(unit.op_range.outputs):
             return None
         given = dict(zip(sg.inputs, input_shapes))
-        produced = dict(zip(unit.op_range.outputs, unit.output_shapes([given[t][0] for t in unit.op_range.inputs])))
+        shapes = unit.output_shapes([given[t][0] for t in unit.op_range.inputs])
+        if shapes is None:
+            return None
+        produced = dict(zip(unit.op_range.outputs, shapes))
         return [produced[t] for t in sg.outputs]
 
     def reset_variables(self) -> None:
