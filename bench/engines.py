@@ -1,0 +1,240 @@
+"""CPU engines side by side: XNNPACK, OpenVINO alone, litegpu's default (fast) path and its exact kernels.
+
+    python bench/engines.py [MODEL.tflite ...] [--threads 2] [--seconds 3] [--json bench/engines.json]
+
+Without model arguments: every model in ../shared/models, tests/heldout/models and bench/.zoo.  Each model
+is measured in its own process (a crash or a big model's memory stays there), where four variants run
+alternately, round-robin with the starting variant rotated every round, on the same inputs, every output
+read back to host memory, all at ``--threads`` threads and in fp32:
+
+- xnnpack: ``ai_edge_litert`` Interpreter, default delegate (XNNPACK) -- the official default;
+- openvino: OpenVINO alone on the file (``Core.read_model``, ``INFERENCE_PRECISION_HINT=f32``) -- what a CPU
+  user picks instead; an error entry when it cannot load the model;
+- litegpu: ``CompiledModel`` with the default ``CpuOptions(num_threads=N)`` (OpenVINO where it converts, XLA
+  for the rest);
+- exact: ``CpuKernelMode.BUILTIN`` (the exact TFLite kernels on XLA).
+
+Also per variant: cold start (a new process's ``from_file`` to first output, compile cache empty) and warm
+start (the same with the cache filled), from separate child processes.  Ratios are xnnpack / variant (above
+1: faster than XNNPACK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import compare_official  # noqa: E402  (seeded inputs and the official runner)
+
+DEFAULT_DIRS = [ROOT.parent / "shared" / "models", ROOT / "tests" / "heldout" / "models", HERE / ".zoo"]
+VARIANTS = ("xnnpack", "openvino", "litegpu", "exact")
+
+
+def _openvino_runner(path: Path, inputs: list[np.ndarray], threads: int):
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+
+    def run() -> list[np.ndarray]:
+        request.infer(inputs, share_inputs=True)
+        return [np.array(request.get_tensor(o).data, copy=True) for o in compiled.outputs]
+
+    return run
+
+
+def _litegpu_runner(path: Path, inputs: list[np.ndarray], threads: int, exact: bool, cache_dir: str | None = None):
+    import litegpu
+
+    cpu = litegpu.CpuOptions(num_threads=threads,
+                             kernel_mode=litegpu.CpuKernelMode.BUILTIN if exact else None)
+    model = litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
+        litegpu.HardwareAccelerator.CPU, cpu_options=cpu, serialization_dir=cache_dir))
+    names = [d["name"] for d in model.get_input_tensor_details(0).values()]
+
+    def run() -> list[np.ndarray]:
+        return list(model.run(dict(zip(names, inputs))).values())
+
+    return run, model
+
+
+def measure(path: Path, threads: int, seconds: float, max_runs: int) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+
+    probe = Interpreter(model_path=str(path))
+    probe.allocate_tensors()
+    inputs = compare_official.random_inputs(probe.get_input_details())
+    row: dict = {"model": path.stem, "threads": threads}
+    runners = {}
+    runners["xnnpack"], _ = compare_official.official_runner(path, inputs, threads)
+    expected = runners["xnnpack"]()
+    for name, make in (("openvino", lambda: _openvino_runner(path, inputs, threads)),
+                       ("litegpu", lambda: _litegpu_runner(path, inputs, threads, exact=False)),
+                       ("exact", lambda: _litegpu_runner(path, inputs, threads, exact=True))):
+        try:
+            made = make()
+            runner = made[0] if isinstance(made, tuple) else made
+            if name == "litegpu":
+                row["plan"] = made[1].plan.engine_summary()
+            got = runner()
+            row[f"{name}_max_rel_diff"] = max(_relative(a, b) for a, b in zip(got, expected))
+            runners[name] = runner
+        except Exception as e:  # reported, not hidden
+            row[f"{name}_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}"
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    order = list(runners)
+    for fn in runners.values():  # warm-up
+        fn()
+    deadline = time.perf_counter() + seconds * len(runners)
+    rounds = 0
+    while rounds < 5 or (time.perf_counter() < deadline and rounds < max_runs):
+        for name in order[rounds % len(order):] + order[:rounds % len(order)]:
+            t = time.perf_counter()
+            runners[name]()
+            times[name].append((time.perf_counter() - t) * 1e3)
+        rounds += 1
+    for name, values in times.items():
+        row[f"{name}_ms"] = statistics.median(values)
+    row["runs"] = rounds
+    for name in times:
+        if name != "xnnpack":
+            row[f"{name}_vs_xnnpack"] = row["xnnpack_ms"] / row[f"{name}_ms"]
+    if "openvino_ms" in row:
+        row["litegpu_vs_openvino"] = row["openvino_ms"] / row["litegpu_ms"]
+    return row
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-12)) if b.size else 0.0
+
+
+_START = """
+import sys, time
+t0 = time.perf_counter()
+import numpy as np, litegpu
+sys.path.insert(0, {here!r})
+import engines, compare_official
+from ai_edge_litert.interpreter import Interpreter
+probe = Interpreter(model_path={path!r}); probe.allocate_tensors()
+inputs = compare_official.random_inputs(probe.get_input_details())
+t1 = time.perf_counter()
+run, model = engines._litegpu_runner(__import__("pathlib").Path({path!r}), inputs, {threads}, {exact}, {cache!r})
+run()
+print((time.perf_counter() - t1) * 1e3)
+"""
+
+
+def start_times(path: Path, threads: int) -> dict:
+    """Cold (empty cache) and warm (filled) start, from_file to first output, each in a fresh process."""
+    row = {}
+    for name, exact in (("litegpu", False), ("exact", True)):
+        with tempfile.TemporaryDirectory() as cache:
+            for phase in ("cold", "warm"):
+                script = _START.format(here=str(HERE), path=str(path), threads=threads, exact=exact, cache=cache)
+                done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
+                if done.returncode != 0:
+                    row[f"{name}_{phase}_error"] = done.stderr.strip().splitlines()[-1][:160]
+                    break
+                row[f"{name}_{phase}_ms"] = float(done.stdout.strip().splitlines()[-1])
+        if f"{name}_warm_ms" in row:
+            row[f"{name}_warm_speedup"] = row[f"{name}_cold_ms"] / row[f"{name}_warm_ms"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--max-runs", type=int, default=200)
+    parser.add_argument("--starts", action="store_true", help="also measure cold and warm start per engine")
+    parser.add_argument("--json", type=Path, default=HERE / "engines.json")
+    parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child process: measure one model
+    args = parser.parse_args()
+    if args.one:
+        row = measure(args.one, args.threads, args.seconds, args.max_runs)
+        if args.starts:
+            row.update(start_times(args.one, args.threads))
+        print("ROW " + json.dumps(row))
+        return
+    models = args.models or sorted(p for d in DEFAULT_DIRS if d.is_dir() for p in d.glob("*.tflite"))
+    rows = []
+    for path in models:
+        cmd = [sys.executable, __file__, "--one", str(path), "--threads", str(args.threads), "--seconds",
+               str(args.seconds), "--max-runs", str(args.max_runs)] + (["--starts"] if args.starts else [])
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        rows.append(json.loads(found[-1]) if found else {
+            "model": path.stem, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]})
+        print(json.dumps(rows[-1]), flush=True)
+    args.json.write_text(json.dumps({"machine": machine(), "threads": args.threads, "models": rows}, indent=1))
+    print(table(rows, args.threads))
+
+
+def machine() -> str:
+    cpu = platform.processor() or "cpu"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {cpu}, {os.cpu_count()} cores"
+
+
+def _geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+
+
+def table(rows: list[dict], threads: int) -> str:
+    lines = [f"Machine: {machine()}; {threads} threads each, fp32, outputs read back; ratio = XNNPACK ms / variant ms",
+             "",
+             "| model | XNNPACK ms | OpenVINO alone ms | litegpu ms | exact ms | litegpu / XNNPACK | OpenVINO alone / "
+             "XNNPACK | litegpu vs OpenVINO | exact / XNNPACK | litegpu plan | max rel diff litegpu |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    fmt = lambda r, k, f="{:.2f}": f.format(r[k]) if k in r else "-"  # noqa: E731
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | error: {r['error']} |" + " |" * 10)
+            continue
+        ov = fmt(r, "openvino_ms") if "openvino_ms" in r else "cannot load"
+        lines.append(f"| {r['model']} | {fmt(r, 'xnnpack_ms')} | {ov} | {fmt(r, 'litegpu_ms')} | {fmt(r, 'exact_ms')} | "
+                     f"{fmt(r, 'litegpu_vs_xnnpack')} | {fmt(r, 'openvino_vs_xnnpack')} | "
+                     f"{fmt(r, 'litegpu_vs_openvino')} | {fmt(r, 'exact_vs_xnnpack')} | {r.get('plan', '-')} | "
+                     f"{fmt(r, 'litegpu_max_rel_diff', '{:.1e}')} |")
+    ok = [r for r in rows if "litegpu_vs_xnnpack" in r]
+    lines += ["", f"Geometric mean over {len(ok)} models: litegpu / XNNPACK "
+                  f"{_geomean([r['litegpu_vs_xnnpack'] for r in ok]):.2f}, exact / XNNPACK "
+                  f"{_geomean([r['exact_vs_xnnpack'] for r in ok if 'exact_vs_xnnpack' in r]):.2f}, OpenVINO alone / "
+                  f"XNNPACK {_geomean([r['openvino_vs_xnnpack'] for r in ok if 'openvino_vs_xnnpack' in r]):.2f} "
+                  f"(on the {sum('openvino_vs_xnnpack' in r for r in ok)} models it loads)"]
+    starts = [r for r in rows if "litegpu_cold_ms" in r]
+    if starts:
+        lines += ["", "| model | litegpu cold ms | litegpu warm ms | warm speed-up | exact cold ms | exact warm ms | "
+                      "warm speed-up |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in starts:
+            lines.append(f"| {r['model']} | {fmt(r, 'litegpu_cold_ms', '{:.0f}')} | {fmt(r, 'litegpu_warm_ms', '{:.0f}')} | "
+                         f"{fmt(r, 'litegpu_warm_speedup', '{:.1f}x')} | {fmt(r, 'exact_cold_ms', '{:.0f}')} | "
+                         f"{fmt(r, 'exact_warm_ms', '{:.0f}')} | {fmt(r, 'exact_warm_speedup', '{:.1f}x')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
