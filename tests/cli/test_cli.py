@@ -302,3 +302,25 @@ def test_inspect_mobile_gpu(tmp_path, shared_models, capsys):
 def test_inspect_accelerator_rejects_unknown_names(tmp_path, capsys):
     code, _, err = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "tpu")
     assert code == 2 and "--accelerator 'tpu'" in err
+
+
+def test_doctor_lists_engines_and_devices(capsys):
+    code, out, _ = run_cli(capsys, "doctor", "--json")
+    info = json.loads(out)
+    engines = {e["engine"]: e for e in info["engines"]}
+    assert code == 0 and set(engines) == {"openvino", "xla", "reference"}
+    assert engines["reference"]["available"] and engines["xla"]["available"]
+    assert info["devices"][0]["device"] == "CPU"
+    code, out, _ = run_cli(capsys, "doctor")
+    assert code == 0 and "Engines" in out and "Devices" in out
+
+
+def test_doctor_says_how_to_add_a_missing_engine(capsys, monkeypatch):
+    from litegpu.backends import openvino as engine
+
+    monkeypatch.setattr(engine.OpenVinoEngine, "available", lambda self: False)
+    code, out, _ = run_cli(capsys, "doctor", "--json")
+    (row,) = [e for e in json.loads(out)["engines"] if e["engine"] == "openvino"]
+    assert not row["available"] and row["install"] == "pip install openvino"
+    code, out, _ = run_cli(capsys, "doctor")
+    assert "pip install openvino" in out
