@@ -59,16 +59,23 @@ def _openvino_runner(path: Path, inputs: list[np.ndarray], threads: int):
 
 
 def _litegpu_runner(path: Path, inputs: list[np.ndarray], threads: int, exact: bool, cache_dir: str | None = None):
+    """Inputs and outputs in the official interpreter's order (subgraph 0's), matched by tensor index."""
     import litegpu
+    from ai_edge_litert.interpreter import Interpreter
 
     cpu = litegpu.CpuOptions(num_threads=threads,
                              kernel_mode=litegpu.CpuKernelMode.BUILTIN if exact else None)
     model = litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
         litegpu.HardwareAccelerator.CPU, cpu_options=cpu, serialization_dir=cache_dir))
-    names = [d["name"] for d in model.get_input_tensor_details(0).values()]
+    probe = Interpreter(model_path=str(path))
+    by_index = dict(zip((d["index"] for d in probe.get_input_details()), inputs))
+    feed = {name: by_index[d["index"]] for name, d in model.get_input_tensor_details(0).items()}
+    out_names = {d["index"]: name for name, d in model.get_output_tensor_details(0).items()}
+    order = [out_names[d["index"]] for d in probe.get_output_details()]
 
     def run() -> list[np.ndarray]:
-        return list(model.run(dict(zip(names, inputs))).values())
+        result = model.run(feed)
+        return [result[name] for name in order]
 
     return run, model
 
@@ -114,7 +121,7 @@ def measure(path: Path, threads: int, seconds: float, max_runs: int) -> dict:
     for name in times:
         if name != "xnnpack":
             row[f"{name}_vs_xnnpack"] = row["xnnpack_ms"] / row[f"{name}_ms"]
-    if "openvino_ms" in row:
+    if "openvino_ms" in row and "litegpu_ms" in row:
         row["litegpu_vs_openvino"] = row["openvino_ms"] / row["litegpu_ms"]
     return row
 

@@ -100,8 +100,11 @@ class OpenVinoEngine(Engine):
 
     name, target = "openvino", Target.OPENVINO
 
-    def __init__(self, cache: Any = None, cache_key: dict | None = None):
+    def __init__(self, cache: Any = None, cache_key: dict | None = None, settings: EngineSettings | None = None):
         self.cache, self.cache_key = cache, dict(cache_key or {})
+        self.settings = settings or EngineSettings()
+        # partitions compiled while planning (``compile_error``), handed out again by ``compile``
+        self._executables: dict[tuple, OpenVinoExecutable] = {}
 
     def available(self) -> bool:
         try:
@@ -152,7 +155,20 @@ class OpenVinoEngine(Engine):
     # ---- compile ----------------------------------------------------------------------------
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> "OpenVinoExecutable":
-        return OpenVinoExecutable(model, op_range, settings, cache, cache_key)
+        key = (id(model), op_range, settings)
+        if key not in self._executables:
+            self._executables[key] = OpenVinoExecutable(model, op_range, settings, cache, cache_key)
+        return self._executables[key]
+
+    def compile_error(self, model: Model, op_range: OpRange) -> str | None:
+        """None when OpenVINO compiles ``op_range`` for its declared shapes (the executable is kept for
+        ``compile``), else why not: its frontend converts some graphs that its shape inference refuses."""
+        executable = self.compile(model, op_range, self.settings, self.cache, self.cache_key)
+        try:
+            executable.prepare()
+        except EngineCompileError as e:
+            return str(e)
+        return None
 
 
 def policy_reason(model: Model, sg: Subgraph, op: Operator) -> str | None:

@@ -532,11 +532,14 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
 # ---- CPU engines ----------------------------------------------------------------------------
 
 CPU_KERNELS = ("fast", "builtin", "reference")
-# An OpenVINO run of ops is worth a partition (two host copies of its edges, one more dispatch) only
-# when it holds real work: at least this many ops, one of them a matrix product or convolution.
-MIN_OPENVINO_RUN_OPS = 4
-_HEAVY_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D", "CONV_3D_TRANSPOSE",
-                        "FULLY_CONNECTED", "BATCH_MATMUL", "STABLEHLO_DOT_GENERAL", "STABLEHLO_CONVOLUTION"})
+# An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of
+# its edges, one more dispatch: tens of microseconds) only when it holds real work: at least this
+# many multiply-accumulates in its matrix products and convolutions.  A model OpenVINO takes whole
+# has no such edges and goes to OpenVINO whatever its size.
+MIN_OPENVINO_RUN_MACS = 2_000_000
+# Partitions OpenVINO converts but cannot compile are given back to XLA; after this many rounds the
+# model runs on XLA alone.
+MAX_PLAN_ROUNDS = 4
 
 
 def _openvino_engine(given: object | None) -> object | None:
@@ -549,8 +552,8 @@ def _openvino_engine(given: object | None) -> object | None:
 
 
 def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> DelegationPlan | None:
-    """OpenVINO for the ops it converts, XLA (or numpy) for the rest; None when OpenVINO takes nothing
-    (or is missing, or the model has resource variables: their state lives in one engine)."""
+    """OpenVINO for the ops it converts (and compiles), XLA (or numpy) for the rest; None when OpenVINO
+    takes nothing (or is missing, or the model has resource variables: their state lives in one engine)."""
     if _uses_variables(model):
         return None
     openvino = _openvino_engine(openvino)
@@ -566,22 +569,18 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
         num_ops += len(order)
         refused = openvino.unsupported(model, index, order)
         side = {i: "xla" if i in refused else "openvino" for i in order}
-        _keep_worthwhile_openvino_runs(sg, order, side)
-        parts = []
-        for run in _runs(_schedule(sg, order, side), side.__getitem__):
-            if side[run[0]] == "openvino":
-                parts.append((CPU, Target.OPENVINO, run, ()))
-                continue
-            cpu_ok = {i: {t for t in (Target.XLA_CPU, Target.REFERENCE)
-                          if support.op_reason(sg, sg.operators[i], t) is None} for i in run}
-            nowhere = [i for i in run if not cpu_ok[i]]
-            if nowhere:
-                raise UnsupportedOpError(_refusal_message(model, "CPU", [
-                    UnsupportedOp(index, i, sg.operators[i].opcode_name,
-                                  support.op_reason(sg, sg.operators[i], Target.REFERENCE) or "unsupported")
-                    for i in nowhere]))
-            for target, ops in _cpu_targets(run, cpu_ok):
-                parts.append((CPU, target, ops, ()))
+        for _ in range(MAX_PLAN_ROUNDS):
+            _keep_worthwhile_openvino_runs(sg, order, side)
+            parts = _engine_parts(model, sg, order, side, support)
+            failed = [p for p in _with_edges(sg, parts) if p.target is Target.OPENVINO
+                      and openvino.compile_error(model, p.op_range()) is not None]
+            if not failed:
+                break
+            for p in failed:
+                side.update({i: "xla" for i in p.op_indices})
+        else:
+            side = {i: "xla" for i in order}
+            parts = _engine_parts(model, sg, order, side, support)
         partitions.extend(_with_edges(sg, parts))
     if not any(p.target is Target.OPENVINO for p in partitions):
         return None
@@ -590,14 +589,60 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
                           boundaries=tuple(_boundaries(model, partitions)))
 
 
+def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict[int, str], support: _Support
+                  ) -> list[tuple[Accelerator, Target, list[int], tuple]]:
+    parts: list[tuple[Accelerator, Target, list[int], tuple]] = []
+    for run in _runs(_schedule(sg, order, side), side.__getitem__):
+        if side[run[0]] == "openvino":
+            parts.append((CPU, Target.OPENVINO, run, ()))
+            continue
+        cpu_ok = {i: {t for t in (Target.XLA_CPU, Target.REFERENCE)
+                      if support.op_reason(sg, sg.operators[i], t) is None} for i in run}
+        nowhere = [i for i in run if not cpu_ok[i]]
+        if nowhere:
+            raise UnsupportedOpError(_refusal_message(model, "CPU", [
+                UnsupportedOp(sg.index, i, sg.operators[i].opcode_name,
+                              support.op_reason(sg, sg.operators[i], Target.REFERENCE) or "unsupported")
+                for i in nowhere]))
+        for target, ops in _cpu_targets(run, cpu_ok):
+            parts.append((CPU, target, ops, ()))
+    return parts
+
+
 def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: dict[int, str]) -> None:
     """Give back to XLA the OpenVINO runs too small to pay for their partition edges."""
     if all(v == "openvino" for v in side.values()):
         return
     for run in _runs(_schedule(sg, order, side), side.__getitem__):
-        if side[run[0]] != "openvino":
-            continue
-        heavy = any(sg.operators[i].opcode_name in _HEAVY_OPS for i in run)
-        if len(run) < MIN_OPENVINO_RUN_OPS or not heavy:
+        if side[run[0]] == "openvino" and sum(multiply_accumulates(sg, sg.operators[i]) for i in run) \
+                < MIN_OPENVINO_RUN_MACS:
             for i in run:
                 side[i] = "xla"
+
+
+def multiply_accumulates(sg: Subgraph, op: Operator) -> int:
+    """Multiply-accumulates of a matrix product or convolution (0 for other ops): its output elements
+    times the length of the sum behind each."""
+    name = op.opcode_name
+    if name not in ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D", "FULLY_CONNECTED",
+                    "BATCH_MATMUL"):
+        return 0
+    try:
+        out = math.prod(sg.tensors[op.outputs[0]].shape)
+        if name == "TRANSPOSE_CONV":
+            w = sg.tensors[op.inputs[1]].shape            # (cout, kh, kw, cin)
+            x = sg.tensors[op.inputs[2]].shape
+            return math.prod(x) * w[0] * w[1] * w[2]
+        w = sg.tensors[op.inputs[1]].shape
+        if name == "CONV_2D":                             # (cout, kh, kw, cin)
+            return out * w[1] * w[2] * w[3]
+        if name == "CONV_3D":                             # (kd, kh, kw, cin, cout)
+            return out * w[0] * w[1] * w[2] * w[3]
+        if name == "DEPTHWISE_CONV_2D":                   # (1, kh, kw, cout)
+            return out * w[1] * w[2]
+        if name == "FULLY_CONNECTED":                     # (units, k)
+            return out * w[-1]
+        x = sg.tensors[op.inputs[0]].shape                # BATCH_MATMUL
+        return out * (x[-2] if op.options.get("adj_x") else x[-1])
+    except (IndexError, TypeError):
+        return 0

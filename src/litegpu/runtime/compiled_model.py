@@ -162,8 +162,9 @@ class CompiledModel:
             reasons.append("JAX sees no GPU on this machine")
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
+        self._cpu_engines = self._engines()
         chosen = plan(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._options.cpu_options.kernels,
-                      engines=self._engines())
+                      engines=self._cpu_engines)
         if reasons:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
@@ -397,7 +398,7 @@ class CompiledModel:
             return {}
         from ..backends.openvino import OpenVinoEngine
 
-        engine = OpenVinoEngine(cache=self._cache, cache_key=self._cache_key)
+        engine = OpenVinoEngine(cache=self._cache, cache_key=self._cache_key, settings=self._engine_settings())
         return {"openvino": engine} if engine.available() else {}
 
     def _engine_settings(self) -> Any:
@@ -446,7 +447,8 @@ class CompiledModel:
 
             self._state = PartitionedModel(self._xla_ir, self._plan, precision=self._options.precision,
                                            device=self._environment.device, cache=self._cache,
-                                           cache_key=self._cache_key, engine_settings=self._engine_settings())
+                                           cache_key=self._cache_key, engine_settings=self._engine_settings(),
+                                           engines=self._cpu_engines)
         return self._state
 
     def reset_all_variables(self) -> None:

@@ -97,11 +97,13 @@ class PartitionedModel:
 
     def __init__(self, model: ir.Model, plan: DelegationPlan, *, platforms: Mapping[int, str] | None = None,
                  precision: Any = None, device: Callable[[str], Any] | None = None, cache: Any = None,
-                 cache_key: dict | None = None, engine_settings: Any = None):
+                 cache_key: dict | None = None, engine_settings: Any = None, engines: dict | None = None):
         from ..backends.engine import EngineSettings
 
         self.model, self.plan = model, plan
         self.engine_settings = engine_settings or EngineSettings()
+        # the engines the plan asked: OpenVINO hands back the partitions it compiled while planning
+        self.engines = dict(engines or {})
         self.platforms = {int(k): v for k, v in {**DEFAULT_PLATFORMS, **(platforms or {})}.items()}
         self.precision = precision
         self._device = device
@@ -148,7 +150,8 @@ class PartitionedModel:
         and a warning says so."""
         from ..backends.openvino import OpenVinoEngine
 
-        executable = OpenVinoEngine().compile(self.model, partition.op_range(), self.engine_settings, self.cache,
+        engine = self.engines.get("openvino") or OpenVinoEngine()
+        executable = engine.compile(self.model, partition.op_range(), self.engine_settings, self.cache,
                                               self.cache_key)
         unit = _OpenVinoUnit(executable, lambda: self._exact_unit(partition))
         try:
