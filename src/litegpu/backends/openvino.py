@@ -303,7 +303,10 @@ class OpenVinoExecutable(Executable):
         hint = _PRECISION_HINTS.get(self.settings.precision)
         if hint is None:
             raise ModelExecutionError(f"OpenVINO has no precision {self.settings.precision!r}; use fp32 or bf16")
-        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
+        # Latency (one stream), threads not pinned to cores: pinning made every model slower here (a 2-core
+        # VM: 0.062 -> 0.042 ms on a tiny model, 1.30 -> 1.13 ms on MobileNetV3; BENCHMARKS.md).
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY",
+                                  "ENABLE_CPU_PINNING": False}
         if self.settings.num_threads > 0:
             config["INFERENCE_NUM_THREADS"] = int(self.settings.num_threads)
         return config

@@ -129,10 +129,16 @@ class _Progress:
 
 
 # ---- the model --------------------------------------------------------------------------------
-def _options(accelerator: str, precision: str, threads: int, cache_dir: str) -> Any:
+KERNEL_MODES = ("fast", "builtin", "reference")
+
+
+def _options(accelerator: str, precision: str, threads: int, cache_dir: str, kernel_mode: str = "fast") -> Any:
     import litegpu
 
-    return litegpu.Options(_accelerator(accelerator), cpu_options=litegpu.CpuOptions(num_threads=threads),
+    mode = {"fast": None, "builtin": litegpu.CpuKernelMode.BUILTIN,
+            "reference": litegpu.CpuKernelMode.REFERENCE}[kernel_mode]
+    return litegpu.Options(_accelerator(accelerator),
+                           cpu_options=litegpu.CpuOptions(num_threads=threads, kernel_mode=mode),
                            gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir)
 
 
@@ -186,7 +192,8 @@ def _start(path: Path, options: Any, signature: str | None, arrays: dict | None)
 
 def delegation(model: Any) -> dict[str, Any]:
     plan = model.plan
-    return {"accelerator": model.accelerator, "backend": plan.target.value,
+    return {"accelerator": model.accelerator, "backend": plan.target.value, "engines": plan.ops_per_engine(),
+            "engine_summary": plan.engine_summary(),
             "fully_delegated": bool(model.is_fully_accelerated()), "ops": plan.num_ops,
             "ops_on_gpu": plan.ops_on("GPU"), "ops_on_cpu": plan.ops_on("CPU"),
             "refused": [str(u) for u in plan.unsupported], "notes": list(plan.notes)}
@@ -224,8 +231,11 @@ def _machine() -> dict[str, Any]:
 
 def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", signature: str | None = None,
               runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP, threads: int = 0,
-              cache_dir: str | None = None, profile: bool = False, progress: bool = False) -> dict[str, Any]:
+              cache_dir: str | None = None, profile: bool = False, progress: bool = False,
+              kernel_mode: str = "fast") -> dict[str, Any]:
     """Every number ``litegpu bench`` reports, as a JSON-ready dict (times in ms, memory in bytes)."""
+    if kernel_mode not in KERNEL_MODES:
+        raise InvalidArgumentError(f"--kernel-mode {kernel_mode!r}: expected one of {', '.join(KERNEL_MODES)}")
     if runs < 1 or warmup < 0 or threads < 0:
         raise InvalidArgumentError(f"--runs must be >= 1, --warmup and --threads >= 0 "
                                    f"(got {runs}, {warmup}, {threads})")
@@ -238,7 +248,7 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         cache_was_empty = not any(Path(directory).iterdir())
-        options = _options(accelerator, precision, threads, directory)
+        options = _options(accelerator, precision, threads, directory, kernel_mode)
         peak_reset = reset_peak_rss()
         baseline = host_memory()["rss_bytes"]
         with bar.phase("cold start (load, trace, compile, first run)", 1) as step:
@@ -277,6 +287,10 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
         if profile:
             result["profile"] = profile_ops(session, repeats=max(3, min(runs, PROFILE_REPEATS_MAX)),
                                             progress=bar, whole_model_ms=result["latency_ms"]["median"])
+            if "openvino" in session.model.plan.ops_per_engine():
+                # OpenVINO runs a partition as one fused program: it has no per-op times to give
+                result["profile"]["note"] = ("per-op times are the exact kernels' under XLA; OpenVINO runs its "
+                                             "partitions whole, so they are not its times")
         session.model.close()
         return result
     finally:
@@ -478,7 +492,7 @@ def render(result: dict[str, Any]) -> None:
     table.add_column("notes")
     delegated = "fully delegated" if d["fully_delegated"] else "NOT fully delegated"
     table.add_row("delegation", delegated,
-                  f"{d['backend']}: {d['ops_on_gpu']} ops on GPU, {d['ops_on_cpu']} on CPU of {d['ops']}")
+                  f"{d['ops_on_gpu']} ops on GPU, {d['ops_on_cpu']} on CPU of {d['ops']}: {d['engine_summary']}")
     for refused in d["refused"][:5]:
         table.add_row("", "", f"refused: {refused}")
     table.add_row("start-up, cold", _ms(init["cold"]["total_ms"]),
@@ -519,6 +533,8 @@ def _render_profile(out: Any, p: dict[str, Any]) -> None:
     else:
         out.print("Per-op profile: the model runs op by op on the numpy reference backend; these are its "
                   f"kernels' times in one run (sum {_ms(p['sum_ms'])}).")
+    if "note" in p:
+        out.print(f"Note: {p['note']}.")
     by_op = titled_table("time by op type")
     for name, justify in (("op", "left"), ("count", "right"), ("total", "right"), ("share", "right")):
         by_op.add_column(name, justify=justify)
@@ -540,7 +556,7 @@ def run(args: Any) -> int:
         raise InvalidArgumentError(f"{args.file}: no such file")
     result = benchmark(args.file, accelerator=args.accelerator, precision=args.precision, signature=args.signature,
                        runs=args.runs, warmup=args.warmup, threads=args.threads, cache_dir=args.cache_dir,
-                       profile=args.profile, progress=sys.stderr.isatty())
+                       profile=args.profile, progress=sys.stderr.isatty(), kernel_mode=args.kernel_mode)
     if args.json is not None:
         text = json.dumps(result, indent=1, allow_nan=False, default=str)
         if str(args.json) == "-":
@@ -563,7 +579,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
                    help=f"untimed runs before them (default {DEFAULT_WARMUP})")
     p.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="CpuOptions.num_threads (XLA CPU sizes its own thread pool; default 0)")
+                   help="CpuOptions.num_threads: OpenVINO's threads (XLA CPU sizes its own pool; default 0: all)")
+    p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
+                   help="CPU kernels: fast (OpenVINO where it converts, XLA for the rest), builtin (exact TFLite "
+                        "kernels on XLA) or reference (numpy)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write every number to OUT as JSON ('-': stdout only)")
     p.add_argument("--profile", action="store_true", help="also time each op (see the note printed with it)")
     p.add_argument("--cache-dir", metavar="DIR",

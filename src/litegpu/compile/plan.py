@@ -318,9 +318,11 @@ def _runs(items: Iterable[int], key) -> list[list[int]]:
     return runs
 
 
-def _cpu_targets(run: list[int], cpu_ok: dict[int, set[Target]]) -> list[tuple[Target, list[int]]]:
-    """One backend for a CPU run when one can take all of it (XLA first); split by op otherwise."""
-    for target in (Target.XLA_CPU, Target.REFERENCE):
+def _cpu_targets(run: list[int], cpu_ok: dict[int, set[Target]], whole_reference: bool = True
+                 ) -> list[tuple[Target, list[int]]]:
+    """One backend for a CPU run when one can take all of it (XLA first; numpy only with
+    ``whole_reference``); split by op otherwise."""
+    for target in (Target.XLA_CPU, Target.REFERENCE) if whole_reference else (Target.XLA_CPU,):
         if all(target in cpu_ok[i] for i in run):
             return [(target, run)]
     pick = {i: Target.XLA_CPU if Target.XLA_CPU in cpu_ok[i] else Target.REFERENCE for i in run}
@@ -552,8 +554,9 @@ def _openvino_engine(given: object | None) -> object | None:
 
 
 def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> DelegationPlan | None:
-    """OpenVINO for the ops it converts (and compiles), XLA (or numpy) for the rest; None when OpenVINO
-    takes nothing (or is missing, or the model has resource variables: their state lives in one engine)."""
+    """OpenVINO for the ops it converts (and compiles), XLA (or numpy) for the rest; None when one engine
+    takes the whole model (or OpenVINO is missing, or the model has resource variables: their state
+    lives in one engine)."""
     if _uses_variables(model):
         return None
     openvino = _openvino_engine(openvino)
@@ -582,10 +585,22 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
             side = {i: "xla" for i in order}
             parts = _engine_parts(model, sg, order, side, support)
         partitions.extend(_with_edges(sg, parts))
-    if not any(p.target is Target.OPENVINO for p in partitions):
-        return None
+    targets = {p.target for p in partitions}
+    notes = ()
+    if Target.REFERENCE in targets:
+        refused = [u for u in _refusals(model, Target.XLA_CPU)
+                   if any(p.target is Target.REFERENCE and p.subgraph_index == u.subgraph
+                          and u.op_index in p.op_indices for p in partitions)]
+        notes = (_refusal_message(model, "XLA CPU backend", refused)
+                 + "\nthose ops run on the numpy reference backend (slow)",)
+    if Target.OPENVINO in targets:
+        main = Target.OPENVINO
+    elif targets == {Target.XLA_CPU, Target.REFERENCE}:
+        main = Target.XLA_CPU  # only the ops XLA refuses run in numpy, not the whole model
+    else:
+        return None  # one engine takes it all: the whole-model plan
     # The plan's target is its main engine; ``partitions`` say which ops the others run.
-    return DelegationPlan(flags, "CPU", Target.OPENVINO, tuple(partitions), num_ops=num_ops,
+    return DelegationPlan(flags, "CPU", main, tuple(partitions), num_ops=num_ops, notes=notes,
                           boundaries=tuple(_boundaries(model, partitions)))
 
 
@@ -604,7 +619,7 @@ def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict
                 UnsupportedOp(sg.index, i, sg.operators[i].opcode_name,
                               support.op_reason(sg, sg.operators[i], Target.REFERENCE) or "unsupported")
                 for i in nowhere]))
-        for target, ops in _cpu_targets(run, cpu_ok):
+        for target, ops in _cpu_targets(run, cpu_ok, whole_reference=False):
             parts.append((CPU, target, ops, ()))
     return parts
 
