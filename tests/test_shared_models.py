@@ -59,12 +59,19 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
 def run_backend(model: Model, backend: str, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
     if backend == "reference":
         return ReferenceBackend(model).run(inputs, subgraph_index=subgraph)
+    if backend == "fast":  # the default CPU path: OpenVINO for the float ops it converts, XLA for the rest
+        import litegpu
+
+        compiled = litegpu.CompiledModel.from_model(model, options=litegpu.Options(
+            litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=1)))
+        return [np.asarray(y) for y in compiled._backend(compiled._signatures[next(
+            s.index for s in compiled._signatures if s.subgraph == subgraph)]).run(inputs)]
     from litegpu.backends.xla import XlaBackend
 
     return [np.asarray(y) for y in XlaBackend(model, subgraph_index=subgraph).run(inputs)]
 
 
-@pytest.mark.parametrize("backend", ["reference", "xla"])
+@pytest.mark.parametrize("backend", ["reference", "xla", "fast"])
 @pytest.mark.parametrize("name", FLOAT_MODELS)
 def test_float_model_matches_official_reference_kernels(shared_models, name, backend):
     model = read_model(shared_models / f"{name}.tflite")

@@ -99,11 +99,18 @@ def mismatch(actual: np.ndarray, call: Call, output: str, criterion: str) -> str
 
 # ---- running ------------------------------------------------------------------------------------
 
-def run_compiled_model(name: str, calls: list[Call]) -> tuple[list[dict[str, np.ndarray]], str | None]:
-    """Outputs of each call, and why the XLA backend did not run the model (None when it did)."""
+def run_compiled_model(name: str, calls: list[Call], exact: bool = False
+                       ) -> tuple[list[dict[str, np.ndarray]], str | None]:
+    """Outputs of each call, and why the XLA backend did not run the model (None when it did).  ``exact``:
+    ``CpuKernelMode.BUILTIN`` (every op on the exact kernels); else the default fast path (OpenVINO for the
+    float ops it converts), held to the same criteria."""
+    import litegpu
+
+    mode = litegpu.CpuKernelMode.BUILTIN if exact else None
+    options = litegpu.Options(HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=1, kernel_mode=mode))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fallback warning; we report the plan's notes instead
-        model = CompiledModel.from_file(MODELS / f"{name}.tflite", hardware_accel=HardwareAccelerator.CPU)
+        model = CompiledModel.from_file(MODELS / f"{name}.tflite", options=options)
     fallback = "\n".join(model.plan.notes) if model.plan.target is Target.REFERENCE else None
     with model:
         return [model.run(call.inputs, signature_key=call.signature) for call in calls], fallback
@@ -181,8 +188,8 @@ def check(name: str, calls: list[Call], results: list[dict[str, np.ndarray]], cr
 
 def params():
     for name in NAMES:
-        for api in ("compiled_model", "interpreter"):
-            marks = [pytest.mark.slow] if api == "compiled_model" and name in SLOW_TO_COMPILE else []
+        for api in ("compiled_model", "compiled_model_exact", "interpreter"):
+            marks = [pytest.mark.slow] if api.startswith("compiled_model") and name in SLOW_TO_COMPILE else []
             yield pytest.param(name, api, id=f"{api}-{name}", marks=marks)
 
 
@@ -191,8 +198,8 @@ def test_heldout_model_matches_official_builtin_kernels(name, api):
     meta, calls = load(name)
     fallback = None
     try:
-        if api == "compiled_model":
-            results, fallback = run_compiled_model(name, calls)
+        if api.startswith("compiled_model"):
+            results, fallback = run_compiled_model(name, calls, exact=api == "compiled_model_exact")
         else:
             results = run_interpreter(name, calls)[1]
     except UnsupportedOpError as e:

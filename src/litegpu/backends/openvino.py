@@ -85,6 +85,7 @@ def _core() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _frontend() -> Any:
+    _openvino()  # telemetry off first
     from openvino.frontend import FrontEndManager
 
     return FrontEndManager().load_by_framework("tflite")
