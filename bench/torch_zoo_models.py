@@ -1,0 +1,102 @@
+"""Zoo models made by the PyTorch converter (litert-torch), the most common source of new .tflite files.
+
+Hugging Face architectures built from their configs with random weights (nothing is downloaded), converted
+with ``litert_torch.convert`` in fp32, batch 1.  Run with a Python that has torch and litert-torch
+(not a litegpu dependency):
+
+    /work/torchenv/bin/python bench/torch_zoo_models.py bench/.zoo [NAME ...]
+
+Writes ``torch_<name>.tflite`` beside the Keras zoo, so ``bench/zoo.py run`` and ``bench/engines.py`` measure
+them with the rest.  torchvision and timm are not used: their wheels do not install beside the CPU torch
+available here; the Hugging Face versions of the same architectures stand in for them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+SEED = 0
+
+
+def _image_model(config_name: str, model_name: str, **config):
+    import transformers
+
+    cfg = getattr(transformers, config_name)(**config)
+    return getattr(transformers, model_name)(cfg), "image"
+
+
+def _text_model(config_name: str, model_name: str, **config):
+    import transformers
+
+    cfg = getattr(transformers, config_name)(**config)
+    return getattr(transformers, model_name)(cfg), "text"
+
+
+# name -> builder returning (module, input kind)
+ZOO = {
+    "hf_resnet50": lambda: _image_model("ResNetConfig", "ResNetForImageClassification", layer_type="bottleneck",
+                                        depths=[3, 4, 6, 3], hidden_sizes=[256, 512, 1024, 2048]),
+    "hf_mobilenet_v2": lambda: _image_model("MobileNetV2Config", "MobileNetV2ForImageClassification"),
+    "hf_convnext_tiny": lambda: _image_model("ConvNextConfig", "ConvNextForImageClassification"),
+    "hf_vit_base": lambda: _image_model("ViTConfig", "ViTForImageClassification"),
+    "hf_bert_base": lambda: _text_model("BertConfig", "BertForSequenceClassification"),
+    "hf_distilbert": lambda: _text_model("DistilBertConfig", "DistilBertForSequenceClassification"),
+}
+
+
+class _Logits:
+    """The model's logits as a plain tensor output (the converter wants tensors, not ModelOutput)."""
+
+    def __init__(self, model):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return self.inner(x).logits
+
+        self.module = Wrapped(model).eval()
+
+
+def build(name: str, out: Path) -> dict:
+    import litert_torch
+    import torch
+
+    torch.manual_seed(SEED)
+    model, kind = ZOO[name]()
+    sample = (torch.randn(1, 3, 224, 224),) if kind == "image" else (torch.randint(0, 1000, (1, 128)),)
+    wrapped = _Logits(model.eval()).module
+    with torch.no_grad():
+        edge = litert_torch.convert(wrapped, sample)
+    edge.export(str(out))
+    return {"params": int(sum(p.numel() for p in model.parameters()))}
+
+
+def main(argv: list[str]) -> int:
+    out_dir = Path(argv[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in argv[1:] or list(ZOO):
+        path = out_dir / f"torch_{name}.tflite"
+        record: dict = {"model": name, "file": path.name, "converter": "litert-torch"}
+        if path.exists():
+            record["status"] = "cached"
+        else:
+            t = time.perf_counter()
+            try:
+                record.update(build(name, path))
+                record["status"] = "converted"
+            except Exception as e:  # noqa: BLE001  (a model the converter refuses is reported, not hidden)
+                record.update(status="failed", error=f"{type(e).__name__}: {str(e)[:300]}")
+            record["seconds"] = round(time.perf_counter() - t, 1)
+        print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
