@@ -82,8 +82,11 @@ def decode_model(source: ModelSource) -> RawModel:
     return RawModel(root, buffer, where, decoder.end)
 
 
-def encode_model(root: dict) -> bytearray:
-    return Encoder(load_schema()).finish("Model", root, FILE_IDENTIFIER)
+def encode_model(root: dict, size_hint: int = 0) -> bytearray:
+    """``size_hint``: the bytes the buffers will take; the builder starts that big instead of doubling its
+    way there (each doubling copies everything written so far: 0.26 s of a 100 MB model's 0.53 s)."""
+    return Encoder(load_schema(), initial_size=max(1 << 16, size_hint + (1 << 20))).finish(
+        "Model", root, FILE_IDENTIFIER)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:

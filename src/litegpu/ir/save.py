@@ -135,7 +135,8 @@ def constant_bytes(model: Model) -> int:
 
 def to_bytes(model: Model) -> bytes:
     """The inline layout (weights inside the FlatBuffer); for models under 2 GB."""
-    return bytes(encode_model(model_to_tables(model, [{"data": b.data} for b in model.buffers])))
+    return bytes(encode_model(model_to_tables(model, [{"data": b.data} for b in model.buffers]),
+                              size_hint=constant_bytes(model)))
 
 
 def _extended_layout(model: Model) -> tuple[bytearray, list[tuple[int, np.ndarray]]]:

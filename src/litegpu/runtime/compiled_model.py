@@ -398,7 +398,10 @@ class CompiledModel:
             return {}
         from ..backends.openvino import OpenVinoEngine
 
-        engine = OpenVinoEngine(cache=self._cache, cache_key=self._cache_key, settings=self._engine_settings())
+        # the IR is the file as it is (no rewrite): OpenVINO may read a whole-model partition from the file
+        file = self._ir.source if self._xla_ir is self._ir and os.path.isfile(self._ir.source) else None
+        engine = OpenVinoEngine(cache=self._cache, cache_key=self._cache_key, settings=self._engine_settings(),
+                                file=file)
         return {"openvino": engine} if engine.available() else {}
 
     def _engine_settings(self) -> Any:
