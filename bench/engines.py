@@ -86,7 +86,7 @@ def measure(path: Path, threads: int, seconds: float, max_runs: int) -> dict:
 
     probe = Interpreter(model_path=str(path))
     probe.allocate_tensors()
-    inputs = compare_official.random_inputs(probe.get_input_details())
+    inputs = compare_official.random_inputs(probe.get_input_details(), int_low=0)  # token ids are >= 0
     row: dict = {"model": path.stem, "threads": threads}
     runners = {}
     runners["xnnpack"], _ = compare_official.official_runner(path, inputs, threads)
@@ -140,7 +140,7 @@ sys.path.insert(0, {here!r})
 import engines, compare_official
 from ai_edge_litert.interpreter import Interpreter
 probe = Interpreter(model_path={path!r}); probe.allocate_tensors()
-inputs = compare_official.random_inputs(probe.get_input_details())
+inputs = compare_official.random_inputs(probe.get_input_details(), int_low=0)
 t1 = time.perf_counter()
 run, model = engines._litegpu_runner(__import__("pathlib").Path({path!r}), inputs, {threads}, {exact}, {cache!r})
 run()
