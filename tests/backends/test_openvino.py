@@ -180,3 +180,14 @@ def test_loading_openvino_through_litegpu_sends_no_telemetry():
                          env={k: v for k, v in __import__("os").environ.items() if k != "CI"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "None"
+
+
+def test_big_models_stay_on_xla_which_maps_their_weights(monkeypatch):
+    """OpenVINO copies a model's weights into its compiled model; past the limit XLA keeps the 1.3x memory goal."""
+    from litegpu.backends import openvino as engine_module
+
+    model = conv_chain()
+    monkeypatch.setattr(engine_module, "MAX_OPENVINO_WEIGHT_BYTES", 1024)
+    refused = OpenVinoEngine().unsupported(model, 0, whole(model).op_indices)
+    assert set(refused) == set(whole(model).op_indices) and "maps them in place" in refused[0]
+    assert litegpu.CompiledModel.from_model(model).plan.ops_per_engine() == {"xla": 4}
