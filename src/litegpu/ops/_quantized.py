@@ -67,7 +67,8 @@ def activation_range(activation: str | None, scale: float, zero_point: int, dtyp
         return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
     if activation == "RELU_N1_TO_1":
         return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
-    raise ModelExecutionError(f"fused activation {activation} is not supported on quantized values")
+    # TANH, SIGN_BIT: the official quantized kernels ignore them too (full range), as the float ones do
+    return qmin, qmax
 
 
 def per_channel_multipliers(input_scale: float, weight_scales: np.ndarray, output_scale: float

@@ -5,21 +5,35 @@ from __future__ import annotations
 from typing import Any
 
 
+# The activations ``CalculateActivationRange`` knows: every official kernel with a fused activation field
+# (conv, depthwise, fully connected, pools, add / sub / mul / div, ...) turns the field into a [min, max]
+# clamp through it.  Any other value of the field (TANH, SIGN_BIT) falls through to the full float range:
+# the official kernels compute no activation at all for them, and so does litegpu (a differential test
+# over every activation keeps it so).
+CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
 def fused_activation(xp: Any, x: Any, name: str | None) -> Any:
-    """Apply a TFLite ``ActivationFunctionType`` to a float result."""
-    if name in (None, "NONE"):
-        return x
+    """An op's ``fused_activation_function`` as the official kernels apply it: a clamp (see above)."""
     if name == "RELU":
         return xp.maximum(x, 0)
     if name == "RELU6":
         return xp.clip(x, 0, 6)
     if name == "RELU_N1_TO_1":
         return xp.clip(x, -1, 1)
+    return x  # NONE, and the activations CalculateActivationRange ignores
+
+
+def apply_activation(xp: Any, x: Any, name: str | None) -> Any:
+    """``tensor_utils::ApplyActivationToVector``: the recurrent kernels (RNN, LSTM, SVDF) really apply their
+    activation, TANH and SIGN_BIT included."""
     if name == "TANH":
         return xp.tanh(x)
     if name == "SIGN_BIT":
         return xp.signbit(x).astype(x.dtype)
-    raise ValueError(f"unknown fused activation {name!r}")
+    if name in (None, *CLAMP_ACTIVATIONS):
+        return fused_activation(xp, x, name)
+    raise ValueError(f"unknown activation {name!r}")
 
 
 def same_padding(in_size: int, kernel: int, stride: int, dilation: int = 1) -> tuple[int, int]:
