@@ -169,7 +169,7 @@ def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
     acc = xp.int64 if wide else xp.int32
     spans = _unit_spans(b, np.dtype(acc).itemsize, axis=-1) if b.ndim == 2 else [(0, b.shape[-1])]
     return _chained_products(xp, ctx.lax, spans, lambda start, stop, after: xp.matmul(
-        a.astype(acc), tie_to(xp, ctx.lax, b[:, start:stop], after).astype(acc),
+        a.astype(acc), tie_to(xp, ctx.lax, b[..., start:stop], after).astype(acc),  # columns of any-rank b
         preferred_element_type=acc)).astype(xp.int64)
 
 
