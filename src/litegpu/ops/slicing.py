@@ -367,23 +367,30 @@ class ReverseV2(Op):
 
 @register("EMBEDDING_LOOKUP")
 class EmbeddingLookup(Op):
-    """Rows of a table.  An int8 / uint8 / int4 table is the hybrid kernel: the rows come
-    out as float32 ``value * scale`` (the row's own scale when there is one per row).  As
-    the official kernel, it reads uint8 bytes as int8 and ignores zero points (measured)."""
+    """Rows of a table.  A table of the output's own type (float32, float16, any integer, bool) is a plain
+    row copy, as the official kernel's memcpy.  An int8 / uint8 / int4 table with a float32 output is the
+    hybrid kernel: the rows come out as float32 ``value * scale`` (the row's own scale when there is one
+    per row).  As the official kernel, it reads uint8 bytes as int8, and refuses a nonzero zero point."""
 
-    dtypes = ("float32", "int8", "uint8", "int4")
+    dtypes = ANY_DTYPE + ("int4",)
+    HYBRID_TABLES = ("int8", "uint8", "int4")
 
     def input_dtype(self, op, subgraph):
         return subgraph.tensors[op.inputs[1]].dtype
 
     def unsupported_reason(self, op, subgraph, target):
         reason = super().unsupported_reason(op, subgraph, target)
-        table = subgraph.tensors[op.inputs[1]]
-        if reason is None and table.dtype != "float32":
-            if table.quantization is None or not table.quantization.is_affine:
-                return f"a {table.dtype} table needs a quantization scale"
-            if subgraph.tensors[op.outputs[0]].dtype != "float32":
-                return f"{table.dtype} table with {subgraph.tensors[op.outputs[0]].dtype} output is not supported"
+        table, out = subgraph.tensors[op.inputs[1]], subgraph.tensors[op.outputs[0]]
+        if reason is not None or table.dtype == out.dtype:
+            return reason
+        if table.dtype not in self.HYBRID_TABLES or out.dtype != "float32":
+            return f"a {table.dtype} table with a {out.dtype} output is not supported (the official kernel copies " \
+                   "rows of the output's type, or dequantizes int8 / uint8 / int4 rows to float32)"
+        q = table.quantization
+        if q is None or not q.is_affine:
+            return f"a {table.dtype} table needs a quantization scale"
+        if any(int(z) != 0 for z in q.zero_point):  # the official Prepare's check
+            return f"a {table.dtype} table needs zero point 0 (got {list(q.zero_point)[:4]})"
         return reason
 
     def compute(self, ctx: OpContext, ids: Any, table: Any) -> Any:
@@ -392,7 +399,7 @@ class EmbeddingLookup(Op):
                                       f"{tuple(ids.shape)} and {tuple(table.shape)}")
         _check_indices(ctx, ids, table.shape[0], "id")
         rows = ctx.xp.asarray(table)[ids]  # a numpy table cannot be indexed by traced ids
-        if ctx.input(1).dtype == "float32":
+        if ctx.input(1).dtype == ctx.output(0).dtype:
             return rows
         xp = ctx.xp
         scales = np.asarray(ctx.input(1).quantization.scale, np.float32)
