@@ -184,7 +184,9 @@ def test_requantize(src, dst, ratio):
         x = rng.integers(-3000, 3000, (6, 50)).astype(np.int32)
     model = one_op("QUANTIZE", x.shape, src, dst, quantization(in_scale, in_zp),
                    quantization(in_scale / ratio, out_zp))
-    check_exact_against_reference_kernels(model, [x])
+    # the builtin kernels (what the official runtime runs): between 8-bit types they round as ruy does,
+    # one unit away from the reference kernels on some values
+    check_op_model(model, [x])
 
 
 def test_requantize_shift_by_128_between_int8_and_uint8():
