@@ -147,3 +147,23 @@ def test_rewrite_keeps_tensor_indices_and_the_main_subgraph():
     old, new = model.subgraphs[2], rewritten.subgraphs[2]
     assert new.tensors[:len(old.tensors)] == old.tensors and (new.inputs, new.outputs) == (old.inputs, old.outputs)
     assert [op.index for op in new.operators] == list(range(len(new.operators)))
+
+
+@pytest.mark.parametrize("limit", [0, 3, T])
+def test_the_interpreter_runs_the_loop_on_xla_as_compiled_model_does(limit):
+    """The classic Interpreter plans and compiles the rewritten model too (it raised on SLICE before)."""
+    from litegpu import Interpreter
+
+    model = step_write_loop()
+    inputs = loop_inputs(0, limit)
+    expected = run_official(to_bytes(model), inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to the reference backend
+        interpreter = Interpreter(model_content=to_bytes(model))
+    interpreter.allocate_tensors()
+    assert not interpreter._use_reference
+    for detail, value in zip(interpreter.get_input_details(), inputs):
+        interpreter.set_tensor(detail["index"], value)
+    interpreter.invoke()
+    got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    assert_close(got, expected[0], 1e-5, 1e-5, "Interpreter on XLA")

@@ -82,7 +82,14 @@ class Interpreter:
         self._model: ir.Model = read(model_path if model_path else model_content)
         self._preserve = bool(experimental_preserve_all_tensors)
         self._use_reference = resolver in _REFERENCE_RESOLVERS or self._preserve
-        if not self._use_reference and plan(self._model, CPU, warn=True).target is Target.REFERENCE:
+        # XLA runs the model as CompiledModel's XLA engine does, after the same rewrites (the converter's
+        # slice / concat step writes in WHILE loops become DYNAMIC_UPDATE_SLICE, which XLA can trace):
+        # so the two APIs run the same models.  The numpy kernels run the file as it is.
+        from ..compile.rewrites import rewrite_for_xla
+
+        self._xla_model: ir.Model = rewrite_for_xla(self._model)
+        if not self._use_reference and plan(self._xla_model, CPU, warn=True,
+                                            cpu_kernels="builtin").target is Target.REFERENCE:
             self._use_reference = True
         self._lock = threading.RLock()
         self._reference: Any = None
@@ -107,8 +114,8 @@ class Interpreter:
             from ..backends.xla import XlaBackend, XlaState, device_for
 
             if self._state is None:
-                self._state = XlaState(self._model, device_for("cpu"))
-            self._xla[subgraph] = XlaBackend(self._model, subgraph, "cpu", state=self._state)
+                self._state = XlaState(self._xla_model, device_for("cpu"))
+            self._xla[subgraph] = XlaBackend(self._xla_model, subgraph, "cpu", state=self._state)
         return self._xla[subgraph]
 
     def _execute(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
