@@ -176,7 +176,9 @@ def quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
     zero_point = xp.where(empty, 0.0, zero_point)
     scale = scale64.astype(xp.float32)
     inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
-    values = fp.round_half_away_from_zero(xp, zero_point.astype(xp.float32) + rows * inverse)
+    # round(x / scale) first, then the zero point: the optimized kernel's order (measured on a ConvNeXt's
+    # GELU outputs, 3136 rows of 384: rounding zero_point + x / scale instead was off on 5 rows, 7e-4)
+    values = fp.round_half_away_from_zero(xp, rows * inverse) + zero_point.astype(xp.float32)
     values = xp.where(empty, 0, xp.clip(values, -128, 127)).astype(xp.int64)
     return values, scale, zero_point.astype(xp.int64)
 

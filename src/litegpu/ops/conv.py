@@ -46,7 +46,7 @@ class Conv2D(Op):
         if ctx.input(0).dtype == "int16":
             return _quantized_conv_16x8(np, ctx, x, w, bias, _conv_accumulate)
         if x.dtype.kind in "iu":
-            return _quantized_conv(np, ctx, x, w, bias, _conv_accumulate, ruy=True)
+            return _quantized_conv(np, ctx, x, w, bias, _conv_accumulate, ruy=not _is_grouped(x, w))
         (sh, sw), (dh, dw), ((pt, pb), (pl, pr)) = _geometry(ctx, x.shape, w.shape)
         n, h, wd, cin = x.shape
         cout, kh, kw, cin_g = w.shape
@@ -74,7 +74,7 @@ class Conv2D(Op):
         if ctx.input(0).dtype == "int16":
             return _quantized_conv_16x8(ctx.xp, ctx, x, w, bias, _conv_accumulate)
         if ctx.input(0).dtype in q.QUANTIZED_8BIT:
-            return _quantized_conv(ctx.xp, ctx, x, w, bias, _conv_accumulate, ruy=True)
+            return _quantized_conv(ctx.xp, ctx, x, w, bias, _conv_accumulate, ruy=not _is_grouped(x, w))
         jnp, lax = ctx.xp, ctx.lax
         strides, dilations, pads = _geometry(ctx, x.shape, w.shape)
         cout, kh, kw, cin_g = w.shape
@@ -268,6 +268,12 @@ def _quantized_conv_16x8(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, acc
     return xp.clip(scaled + out_zp, low, high)
 
 
+def _is_grouped(x: Any, w: Any) -> bool:
+    """Grouped CONV_2D: the official kernel runs it only with its reference per-channel kernel, whose
+    rescale is gemmlowp's (rounding half away from zero), not ruy's GEMM (half up)."""
+    return len(x.shape) == 4 and len(w.shape) == 4 and w.shape[3] != x.shape[3]
+
+
 def _conv_accumulate(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     """Integer correlation of zero-centred (zero-padded) input and weights: the int32 accumulator."""
     (sh, sw), (dh, dw), pads = _geometry(ctx, x.shape, w.shape)
@@ -277,6 +283,11 @@ def _conv_accumulate(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     if cin_g == 0 or x.shape[3] % cin_g or cout % (x.shape[3] // cin_g):
         raise ModelExecutionError(f"{ctx.op}: filter {tuple(w.shape)} does not fit {x.shape[3]} input channels")
     groups = x.shape[3] // cin_g
+    if groups > 1 and cin_g == 1 and xp is not np:
+        # One input channel per group (ConvNeXt's 7x7 layers, as the converter writes them): DEPTHWISE_CONV_2D's
+        # multiply-add over the taps.  A GEMM per group made an HLO of groups x taps slices (96 x 49 in
+        # ConvNeXt-Tiny) that XLA's simplifier looped on until it exhausted memory (16 GB, then abort).
+        return _depthwise_by_taps(xp, ctx, x, xp.transpose(w, (3, 1, 2, 0)))
     out_hw = _output_sizes(ctx, x.shape[1:3], (kh, kw), (sh, sw), (dh, dw), pads)
     x = xp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
     per_group = cout // groups
