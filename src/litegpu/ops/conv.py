@@ -121,9 +121,14 @@ def conv_lowering(x_shape: tuple, w_shape: tuple, strides: tuple, dilations: tup
     if grouped:  # ConvNeXt's 7x7 depthwise layers come out of the converter as grouped CONV_2D
         return "depthwise" if cin_g == 1 else "conv"
     pixels = out_hw[0] * out_hw[1]
+    if kh * kw > MAX_IM2COL_TAPS:  # one slice per tap: Basic Pitch's 1x256 kernels took 47 s and 3.9 GB to compile
+        return "conv"
     if cin_g <= 4 or pixels <= 64 or (pixels <= 196 and cin_g >= 256):
         return "im2col"
     return "conv"
+
+
+MAX_IM2COL_TAPS = 64
 
 
 # --- shared by the ops below -------------------------------------------------
