@@ -191,3 +191,33 @@ def test_big_models_stay_on_xla_which_maps_their_weights(monkeypatch):
     refused = OpenVinoEngine().unsupported(model, 0, whole(model).op_indices)
     assert set(refused) == set(whole(model).op_indices) and "maps them in place" in refused[0]
     assert litegpu.CompiledModel.from_model(model).plan.ops_per_engine() == {"xla": 4}
+
+
+def test_quantized_ops_go_to_openvino_only_when_asked():
+    model = quantized_add()
+    fast = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(quantized_execution="fast"))
+    compiled = litegpu.CompiledModel.from_model(model, options=fast)
+    assert compiled.plan.ops_per_engine() == {"openvino": 1}
+    rng = np.random.default_rng(3)
+    x, y = (rng.integers(-128, 127, (1, 8)).astype(np.int8) for _ in range(2))
+    exact = litegpu.CompiledModel.from_model(model)(x, y)
+    got = compiled(x, y)
+    assert got.dtype == np.int8 and np.abs(got.astype(int) - exact.astype(int)).max() <= 1
+    with pytest.raises(litegpu.errors.InvalidArgumentError, match="quantized_execution"):
+        litegpu.CpuOptions(quantized_execution="approximately")
+
+
+def test_an_int8_network_on_openvino_stays_near_the_builtin_kernels(shared_models):
+    """MobileNetV3-small int8 through OpenVINO's int8 kernels: the recorded builtin-kernel output within a few
+    units (BENCHMARKS.md measures it against XNNPACK's distance)."""
+    from test_shared_models import load_reference
+
+    path = shared_models / "mobilenet_v3_small_int8.tflite"
+    record = load_reference(shared_models / "mobilenet_v3_small_int8.reference.npz")["serving_default"]
+    fast = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(quantized_execution="fast"))
+    compiled = litegpu.CompiledModel.from_file(str(path), options=fast)
+    assert compiled.plan.ops_per_engine() == {"openvino": 109}
+    got = compiled.run(record["in"], signature_key="serving_default")
+    for name, want in record["out_ref"].items():
+        diff = np.abs(got[name].astype(int) - want.astype(int))
+        assert diff.max() <= 32 and np.mean(diff <= 1) >= 0.9, (diff.max(), np.mean(diff <= 1))

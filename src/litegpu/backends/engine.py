@@ -33,6 +33,7 @@ class EngineSettings:
 
     num_threads: int = 0            # 0: the engine's default (all cores)
     precision: str = "fp32"         # "fp32", or a reduced precision the user asked for ("bf16", "fp16")
+    approximate_integers: bool = False  # integer / hybrid ops may run with an engine's own int8 arithmetic
 
 
 class Executable(abc.ABC):

@@ -132,7 +132,7 @@ class OpenVinoEngine(Engine):
                       "OpenVINO would copy them")
             return {i: reason for i in op_indices}
         for i in op_indices:
-            reason = policy_reason(model, sg, sg.operators[i])
+            reason = policy_reason(model, sg, sg.operators[i], self.settings.approximate_integers)
             if reason is not None:
                 refused[i] = reason
         candidates = [i for i in op_indices if i not in refused]
@@ -147,7 +147,8 @@ class OpenVinoEngine(Engine):
         from ..compile.cache import make_key
 
         key = make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
-                        "support": subgraph, "candidates": candidates})
+                        "support": subgraph, "candidates": candidates,
+                        "approximate_integers": self.settings.approximate_integers})
         stored = self.cache.load(key)
         if stored is not None:
             try:
@@ -177,8 +178,9 @@ class OpenVinoEngine(Engine):
         return None
 
 
-def policy_reason(model: Model, sg: Subgraph, op: Operator) -> str | None:
-    """Why an op is kept off OpenVINO before asking it (None: ask OpenVINO)."""
+def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers: bool = False) -> str | None:
+    """Why an op is kept off OpenVINO before asking it (None: ask OpenVINO).  ``approximate_integers``
+    (``CpuOptions(quantized_execution="fast")``) lets integer and hybrid ops go to OpenVINO too."""
     if op.opcode_name in _STATEFUL:
         return "reads or writes state: kept where the model's state lives"
     if any(k == "subgraph" or k.endswith("subgraph_index") for k in op.options):
@@ -196,7 +198,7 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator) -> str | None:
             return "a custom op registered from Python"
     quantized = [t for t in tensors if t.dtype in _QUANTIZED_DTYPES and (
         t.dtype in ("int4", "int2", "uint4") or t.quantization is not None and t.quantization.is_affine)]
-    if quantized and not _is_weight_dequantize(sg, op):
+    if quantized and not approximate_integers and not _is_weight_dequantize(sg, op):
         return ("quantized integer arithmetic: kept on the exact TFLite kernels (OpenVINO's int8 results differ "
                 "from the builtin kernels by more than XNNPACK's)")
     return None

@@ -408,7 +408,8 @@ class CompiledModel:
         from ..backends.engine import EngineSettings
 
         cpu = self._options.cpu_options
-        return EngineSettings(num_threads=cpu.num_threads, precision=cpu.precision)
+        return EngineSettings(num_threads=cpu.num_threads, precision=cpu.precision,
+                              approximate_integers=cpu.quantized_execution == "fast")
 
     def _make_backend(self, subgraph: int) -> Any:
         if self._plan.is_split or self._plan.target is Target.OPENVINO:

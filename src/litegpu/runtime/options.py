@@ -53,7 +53,11 @@ class CpuOptions:
     the OpenVINO engine (0: all cores); XLA CPU sizes its own thread pool per process.
     ``precision``: "fp32" (default, on every engine) or "bf16", which lets OpenVINO compute in bfloat16
     on CPUs with AMX / AVX512-BF16 (faster, about 1e-2 relative error: BENCHMARKS.md); XLA partitions
-    stay fp32.  The xnnpack fields exist for compatibility and change nothing here.
+    stay fp32.  ``quantized_execution``: "exact" (default: integer and dynamic-range ops on the exact
+    TFLite kernels, bit for bit with the official builtin kernels) or "fast" (the fast path may give them
+    to OpenVINO's int8 kernels: much faster on AMX / VNNI CPUs, a few units from the builtin kernels,
+    sometimes further than XNNPACK: BENCHMARKS.md).  The xnnpack fields exist for compatibility and
+    change nothing here.
     """
 
     num_threads: int = 0
@@ -62,10 +66,14 @@ class CpuOptions:
     xnnpack_flags: int | None = None
     xnnpack_weight_cache_path: str = ""
     precision: str = "fp32"
+    quantized_execution: str = "exact"
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_threads, int) or self.num_threads < 0:
             raise InvalidArgumentError(f"CpuOptions.num_threads must be an int >= 0, got {self.num_threads!r}")
+        if self.quantized_execution not in ("exact", "fast"):
+            raise InvalidArgumentError(f"CpuOptions.quantized_execution must be 'exact' or 'fast', got "
+                                       f"{self.quantized_execution!r}")
         if self.kernel_mode is not None:
             try:
                 self.kernel_mode = CpuKernelMode(self.kernel_mode)
