@@ -111,7 +111,8 @@ def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, 
             o.read()  # include the device-to-host copy, as a user would
         times.append(time.perf_counter() - t)
     out_names = list(signatures[key].get("outputs", [])) or [f"output_{i}" for i in range(len(results))]
-    lines = [f"{path.name}  signature {key!r}  accelerator {accelerator}"]
+    lines = [f"{path.name}  signature {key!r}  accelerator {accelerator}",
+             f"engines: {model.plan.engine_summary()}"]
     lines.append("inputs:" + ("" if inputs else f" random (seed {SEED})"))
     lines += [_summary(name, a) for name, a in zip(details, arrays)]
     lines.append("outputs:")
