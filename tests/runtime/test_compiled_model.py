@@ -419,3 +419,34 @@ def test_quick_api_takes_torch_tensors(two_sig_bytes):
     torch = pytest.importorskip("torch")
     model = lg.CompiledModel.from_buffer(two_sig_bytes)
     np.testing.assert_array_equal(model(u=torch.arange(4, dtype=torch.float32), signature_key="scale"), [0, 3, 6, 9])
+
+
+@pytest.mark.parametrize("mode", [None, lg.CpuKernelMode.BUILTIN], ids=["fast", "exact"])
+def test_eight_threads_hundred_runs_each_every_output_correct(conv_bytes, mode):
+    """One CompiledModel shared by 8 threads, 100 runs each (the quick API and buffers alternately), every
+    output checked against a single-threaded run of the same input, on the OpenVINO and the XLA engine."""
+    options = lg.Options(HA.CPU, cpu_options=lg.CpuOptions(num_threads=2, kernel_mode=mode))
+    model = lg.CompiledModel.from_buffer(conv_bytes, options=options)
+    xs = [np.random.default_rng(i).normal(size=(1, 8, 8, 16)).astype(np.float32) for i in range(8)]
+    expected = [model(x) for x in xs]
+    failures: list[str] = []
+
+    def work(k):
+        ins, outs = model.create_input_buffers(0), model.create_output_buffers(0)
+        for n in range(100):
+            x = xs[(k + n) % 8]
+            if n % 2:
+                got = model(x)
+            else:
+                ins[0].write(x)
+                model.run_by_index(0, ins, outs)
+                got = outs[0].read()
+            if not np.array_equal(got, expected[(k + n) % 8]):
+                failures.append(f"thread {k} run {n}")
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:5]
