@@ -622,6 +622,14 @@ class CompiledModel:
                                     "strict=False forces another shape)")
         return x
 
+    def batched(self) -> Any:
+        """A view of this model that runs N examples per call as one program (``runtime.batched``):
+        ``model.batched()(images)`` with ``images`` of shape ``[N, ...]`` for a batch-1 input."""
+        self._check_open()
+        from .batched import BatchedModel
+
+        return BatchedModel(self)
+
     def __call__(self, *inputs: Any, signature_key: str | int = 0, **named: Any) -> Any:
         """``y = model(x)``: positional or keyword numpy inputs; one output comes back as an array,
         several as a tuple in the signature's output order."""
