@@ -67,7 +67,9 @@ def activation_range(activation: str | None, scale: float, zero_point: int, dtyp
         return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
     if activation == "RELU_N1_TO_1":
         return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
-    raise ModelExecutionError(f"fused activation {activation} is not supported on quantized values")
+    # TANH, SIGN_BIT, ...: the official helper falls through to the full range, i.e. no activation (ops that
+    # refuse them, e.g. FULLY_CONNECTED, check before getting here).
+    return qmin, qmax
 
 
 def per_channel_multipliers(input_scale: float, weight_scales: np.ndarray, output_scale: float

@@ -6,17 +6,31 @@ from typing import Any
 
 
 def fused_activation(xp: Any, x: Any, name: str | None) -> Any:
-    """Apply a TFLite ``ActivationFunctionType`` to a float result."""
-    if name in (None, "NONE"):
-        return x
+    """A TFLite ``fused_activation_function`` as the official builtin kernels apply it to a result.
+
+    Most kernels (ADD / SUB / MUL / DIV, CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, the pools, ...) turn the
+    activation into a clamp range with ``CalculateActivationRange``, which knows only RELU, RELU_N1_TO_1 and
+    RELU6: every other value (TANH, SIGN_BIT, ...) yields the full range, so the official result carries no
+    activation at all.  We match that (measured against the builtin kernels for every op with the field).
+    Kernels that apply the activation function itself (the recurrent ones, the hybrid FULLY_CONNECTED) use
+    :func:`applied_activation`; kernels that refuse some values say so in their op module."""
     if name == "RELU":
         return xp.maximum(x, 0)
     if name == "RELU6":
         return xp.clip(x, 0, 6)
     if name == "RELU_N1_TO_1":
         return xp.clip(x, -1, 1)
+    return x
+
+
+def applied_activation(xp: Any, x: Any, name: str | None) -> Any:
+    """The official ``ApplyActivationToVector`` (RNN, LSTM, SVDF, hybrid FULLY_CONNECTED): the function itself."""
+    if name in (None, "NONE", "RELU", "RELU6", "RELU_N1_TO_1"):
+        return fused_activation(xp, x, name)
     if name == "TANH":
         return xp.tanh(x)
+    if name == "SIGMOID":
+        return 1 / (1 + xp.exp(-x))
     if name == "SIGN_BIT":
         return xp.signbit(x).astype(x.dtype)
     raise ValueError(f"unknown fused activation {name!r}")

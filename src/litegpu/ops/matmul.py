@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as q
-from .common import computed_once, constant_tensor, fused_activation, opaque_zero, tie_to
+from .common import applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, tie_to
 from .registry import Op, OpContext, register
 
 
@@ -237,7 +237,9 @@ def _hybrid_fc_dispatch(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, out_
         y = _hybrid_fc(xp, ctx, x, w)
         if bias is not None:
             y = y + bias
-    return fused_activation(xp, y, ctx.options.fused_activation_function).reshape(out_shape)
+    # The hybrid kernel applies the activation function itself (ApplyActivationToVector: TANH, SIGN_BIT too),
+    # where the float and integer kernels refuse those values.
+    return applied_activation(xp, y, ctx.options.fused_activation_function).reshape(out_shape)
 
 
 # --- the official optimized 4-bit hybrid kernel (fully_connected.cc EvalHybridDense4Bit) -----
