@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import ir
 from ..compile import CPU, plan
+from ..compile.rewrites import rewrite_for_xla
 from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from ..ir import numpy_dtype
 from ..ops import Target
@@ -82,7 +83,11 @@ class Interpreter:
         self._model: ir.Model = read(model_path if model_path else model_content)
         self._preserve = bool(experimental_preserve_all_tensors)
         self._use_reference = resolver in _REFERENCE_RESOLVERS or self._preserve
-        if not self._use_reference and plan(self._model, CPU, warn=True).target is Target.REFERENCE:
+        # XLA runs the model as CompiledModel's CPU plan sees it (rewritten for tracing: e.g. a WHILE-loop RNN's
+        # run-time SLICEs become DYNAMIC_UPDATE_SLICE), so both APIs run the same models on the same backend.
+        # The rewrite keeps tensor indices, so every index this API hands out still names the same tensor.
+        self._xla_model: ir.Model = self._model if self._use_reference else rewrite_for_xla(self._model)
+        if not self._use_reference and plan(self._xla_model, CPU, warn=True).target is Target.REFERENCE:
             self._use_reference = True
         self._lock = threading.RLock()
         self._reference: Any = None
@@ -107,8 +112,8 @@ class Interpreter:
             from ..backends.xla import XlaBackend, XlaState, device_for
 
             if self._state is None:
-                self._state = XlaState(self._model, device_for("cpu"))
-            self._xla[subgraph] = XlaBackend(self._model, subgraph, "cpu", state=self._state)
+                self._state = XlaState(self._xla_model, device_for("cpu"))
+            self._xla[subgraph] = XlaBackend(self._xla_model, subgraph, "cpu", state=self._state)
         return self._xla[subgraph]
 
     def _execute(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
