@@ -13,8 +13,10 @@ saturation.  (The official *optimized* x86 kernel rounds half to even inside
 8- or 16-element SIMD blocks and half away from zero in the tail, so it can
 differ from the reference kernel by one unit on exact halves; we follow the
 reference kernel, which is position independent.)  Quantized -> quantized is the
-official fixed-point requantization (``fixedpoint.py``) of the reference kernel; the
-optimized 8-bit kernel rounds once instead of twice and can be one unit away.
+official fixed-point requantization (``fixedpoint.py``): from 16 / 32 bits with gemmlowp's
+rounding, from 8 bits with the half-up rounding of the builtin (optimized) kernel, which
+differs from gemmlowp's by one unit on ties of the right shift (a quarter of the values when
+the scale ratio is below 1/2).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..errors import ModelExecutionError
 from ..ir import Operator, Subgraph, numpy_dtype
 from .fixedpoint import (divide_f32_exactly, float_to_int32_like_x86, multiply_by_quantized_multiplier, quantize_multiplier,
                          round_half_away_from_zero, wrap_int32)
+from ._quantized import ruy_multiply_by_quantized_multiplier
 from .registry import Op, OpContext, Target, register
 
 # input dtype -> output dtypes the official QUANTIZE accepts
@@ -123,5 +126,10 @@ class Quantize(Op):
             raise ModelExecutionError(f"{ctx.op}: int16 to int16 requantization needs zero points of 0")
         multiplier, shift = quantize_multiplier(float(np.float64(in_scale)) / float(np.float64(out_scale)))
         centered = wrap_int32(xp, x.astype(xp.int64) - int(in_zp))
-        scaled = multiply_by_quantized_multiplier(xp, centered, multiplier, shift)
+        # The official 8-bit -> 8-bit requantization (optimized Requantize, what the builtin kernels run) rounds
+        # both steps half up, as ruy does; the 16- and 32-bit inputs keep gemmlowp's half-away-from-zero
+        # rounding (both measured against the builtin kernels, tests/ops/test_quantize.py).
+        rescale = ruy_multiply_by_quantized_multiplier if src.dtype in ("int8", "uint8") \
+            else multiply_by_quantized_multiplier
+        scaled = rescale(xp, centered, multiplier, shift)
         return wrap_int32(xp, scaled + int(out_zp))
