@@ -177,7 +177,10 @@ def quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
     zero_point = xp.where(empty, 0.0, zero_point)
     scale = scale64.astype(xp.float32)
     inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
-    values = fp.round_half_away_from_zero(xp, zero_point.astype(xp.float32) + rows * inverse)
+    # The official kernel rounds x * inverse and then adds the zero point: rounding zero_point + x * inverse
+    # instead is one unit off where the float32 sum lands on a .5 tie that the product was not on (found as
+    # the first diverging tensor of a dynamic-range encoder: one element of one row of 16k).
+    values = zero_point.astype(xp.int64) + fp.round_half_away_from_zero(xp, rows * inverse).astype(xp.int64)
     values = xp.where(empty, 0, xp.clip(values, -128, 127)).astype(xp.int64)
     return values, scale, zero_point.astype(xp.int64)
 
