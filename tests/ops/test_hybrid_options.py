@@ -105,3 +105,16 @@ def test_dynamic_range_encoder_hybrid_ops_match_official_given_official_inputs(s
         expected = official.get_tensor(op.outputs[0])
         assert_close(run_official(to_bytes(model), feeds)[0], expected, 0, 0, f"op #{op.index} alone (official)")
         check_exact_on_reference(model, feeds, expected)
+
+
+def test_asymmetric_input_quantization_rounds_the_product_then_adds_the_zero_point():
+    """Row range [-7.9375, 8]: scale 1/16, zero point -1, so x * 16 lands on exact .5 ties.  The official
+    kernel rounds them half away from zero before adding the zero point (-27.5 -> -28, 26.5 -> 27); rounding
+    zero_point + x * 16 would give -28 -> -29 / 25.5 -> 26 and half-even 26.5 -> 26.  An identity weight
+    matrix makes the output (q - zero_point) / 16."""
+    row = np.array([[-7.9375, 8.0, -1.71875, 1.71875, 1.65625, -1.65625, -0.03125, 0.03125]], np.float32)
+    model, feeds = one_op_model("FULLY_CONNECTED", [row, ("const", np.eye(8, dtype=np.int8))], [((1, 8), "float32")],
+                                input_quant={1: quantization(1.0, 0)}, asymmetric_quantize_inputs=True)
+    expected = np.array([[-127, 128, -28, 28, 27, -27, -1, 1]], np.float32) / 16
+    assert_close(run_official(to_bytes(model), feeds)[0], expected, 0, 0, "official")
+    check_exact_on_reference(model, feeds, expected)
