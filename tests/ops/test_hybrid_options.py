@@ -42,7 +42,8 @@ def test_hybrid_fully_connected_matches_official(per_channel, asymmetric, keep_n
     w, q = int8_weights(rng.normal(size=(UNITS, DEPTH)).astype(np.float32), per_channel)
     x = (rng.normal(size=in_shape) * 3).astype(np.float32)
     out = in_shape[:-1] + (UNITS,) if keep_num_dims else (int(np.prod(in_shape[:-1])), UNITS)
-    model, feeds = one_op_model("FULLY_CONNECTED", [x, ("const", w), ("const", rng.normal(size=UNITS).astype(np.float32))],
+    bias = rng.normal(size=UNITS).astype(np.float32)
+    model, feeds = one_op_model("FULLY_CONNECTED", [x, ("const", w), ("const", bias)],
                                 [(out, "float32")], input_quant={1: q}, keep_num_dims=keep_num_dims,
                                 asymmetric_quantize_inputs=asymmetric, fused_activation_function=activation)
     check_exact_on_reference(model, feeds)
@@ -92,7 +93,8 @@ def test_dynamic_range_encoder_hybrid_ops_match_official_given_official_inputs(s
     official.set_tensor(official.get_input_details()[0]["index"], ids)
     official.invoke()
     sg = read_model(path).subgraphs[0]
-    hybrid = [op for op in sg.operators if op.opcode_name == "FULLY_CONNECTED" and sg.tensors[op.inputs[1]].dtype == "int8"]
+    hybrid = [op for op in sg.operators
+              if op.opcode_name == "FULLY_CONNECTED" and sg.tensors[op.inputs[1]].dtype == "int8"]
     assert len(hybrid) >= 20
     for op in hybrid:
         w_t = sg.tensors[op.inputs[1]]

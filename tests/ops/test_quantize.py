@@ -221,13 +221,12 @@ ZERO_POINTS = {"int8": -5, "uint8": 130, "int16": 0, "int32": 0}
 @pytest.mark.parametrize("ratio", RATIOS)
 @pytest.mark.parametrize("src,dst", REQUANTIZE_PAIRS)
 def test_requantization_matches_official_bit_for_bit(src, dst, ratio):
-    from litegpu.ir.builder import quantization
     from oracle import full_range, one_op_model
 
     x = full_range((2048,), src, 4) if src != "int32" else \
         np.random.default_rng(4).integers(-200_000, 200_000, 2048).astype(np.int32)
     in_scale = 0.05
-    model, feeds = one_op_model("QUANTIZE", [x], [((2048,), dst)],
-                                input_quant=[quantization(in_scale, ZERO_POINTS[src] if src != dst else 3 * (src != "int16"))],
+    in_zero_point = ZERO_POINTS[src] if src != dst else 3 * (src != "int16")
+    model, feeds = one_op_model("QUANTIZE", [x], [((2048,), dst)], input_quant=[quantization(in_scale, in_zero_point)],
                                 output_quant=quantization(in_scale / ratio, ZERO_POINTS[dst]))
     check_op_model(model, feeds)
