@@ -59,6 +59,25 @@ def conv(op, dtype, activation):
                         fused_activation_function=activation, **extra)
 
 
+def transpose_conv(activation):
+    rng = np.random.default_rng(4)
+    return one_op_model("TRANSPOSE_CONV", [("const", np.array([1, 8, 8, 3], np.int32)),
+                                           ("const", rng.standard_normal((3, 3, 3, 2)).astype(np.float32)),
+                                           operand((1, 4, 4, 2), "float32", 1),
+                                           ("const", rng.standard_normal(3).astype(np.float32))],
+                        [((1, 8, 8, 3), "float32")], padding="SAME", stride_h=2, stride_w=2,
+                        fused_activation_function=activation)
+
+
+def conv3d(activation):
+    rng = np.random.default_rng(5)
+    return one_op_model("CONV_3D", [operand((1, 3, 4, 4, 2), "float32", 1),
+                                    ("const", rng.standard_normal((2, 2, 2, 2, 3)).astype(np.float32))],
+                        [((1, 3, 4, 4, 3), "float32")], padding="SAME", stride_d=1, stride_h=1, stride_w=1,
+                        dilation_d_factor=1, dilation_h_factor=1, dilation_w_factor=1,
+                        fused_activation_function=activation)
+
+
 def fully_connected(dtype, activation):
     w = WEIGHTS.reshape(4, -1)[:, :6]
     if dtype == "hybrid":
@@ -92,6 +111,7 @@ CASES = (
      for op in ("ADD", "SUB", "MUL", "DIV") for dt in ("float32", "int8", "int16")]
     + [(op, dt, lambda a, op=op, dt=dt: conv(op, dt, a))
        for op in ("CONV_2D", "DEPTHWISE_CONV_2D") for dt in ("float32", "int8")]
+    + [("TRANSPOSE_CONV", "float32", transpose_conv), ("CONV_3D", "float32", conv3d)]
     + [("FULLY_CONNECTED", dt, lambda a, dt=dt: fully_connected(dt, a)) for dt in ("float32", "int8", "hybrid")]
     + [(op, dt, lambda a, op=op, dt=dt: pool(op, dt, a))
        for op, dts in (("AVERAGE_POOL_2D", ("float32", "int8")), ("MAX_POOL_2D", ("float32", "int8")),
