@@ -1,8 +1,8 @@
 """Held-out models made by the official converter (see README.md here) against the official runtime's outputs.
 
-Each model runs through ``CompiledModel`` (CPU, XLA backend) and through the classic ``Interpreter`` with
-``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` (litegpu's numpy reference kernels), call after call in the recorded
-order, and is compared with the official builtin kernels' outputs (``out_ref``):
+Each model runs through ``CompiledModel`` (CPU, XLA backend) and through the classic ``Interpreter``, both
+with ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` (litegpu's numpy reference kernels) and with ``AUTO`` (the XLA CPU
+program CompiledModel runs), call after call in the recorded order, and is compared with the official builtin kernels' outputs (``out_ref``):
 
 - float models: largest difference over largest magnitude <= 1e-4;
 - integer outputs of quantized models: within 1 unit everywhere and exact in >= 99% of elements
@@ -116,11 +116,13 @@ def run_compiled_model(name: str, calls: list[Call], exact: bool = False
         return [model.run(call.inputs, signature_key=call.signature) for call in calls], fallback
 
 
-def run_interpreter(name: str, calls: list[Call], preserve: bool = False) -> tuple[Interpreter, list[dict]]:
+def run_interpreter(name: str, calls: list[Call], preserve: bool = False,
+                    resolver: OpResolverType = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                    ) -> tuple[Interpreter, list[dict]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         interpreter = Interpreter(model_path=str(MODELS / f"{name}.tflite"), num_threads=1,
-                                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                                  experimental_op_resolver_type=resolver,
                                   experimental_preserve_all_tensors=preserve)
     interpreter.allocate_tensors()
     results = [interpreter.get_signature_runner(call.signature)(**call.inputs) for call in calls]
@@ -188,8 +190,8 @@ def check(name: str, calls: list[Call], results: list[dict[str, np.ndarray]], cr
 
 def params():
     for name in NAMES:
-        for api in ("compiled_model", "compiled_model_exact", "interpreter"):
-            marks = [pytest.mark.slow] if api.startswith("compiled_model") and name in SLOW_TO_COMPILE else []
+        for api in ("compiled_model", "compiled_model_exact", "interpreter", "interpreter_xla"):
+            marks = [pytest.mark.slow] if api != "interpreter" and name in SLOW_TO_COMPILE else []
             yield pytest.param(name, api, id=f"{api}-{name}", marks=marks)
 
 
@@ -200,6 +202,10 @@ def test_heldout_model_matches_official_builtin_kernels(name, api):
     try:
         if api.startswith("compiled_model"):
             results, fallback = run_compiled_model(name, calls, exact=api == "compiled_model_exact")
+        elif api == "interpreter_xla":
+            interpreter, results = run_interpreter(name, calls, resolver=OpResolverType.AUTO)
+            if interpreter._use_reference:
+                fallback = "the Interpreter's CPU plan fell back to the reference kernels"
         else:
             results = run_interpreter(name, calls)[1]
     except UnsupportedOpError as e:

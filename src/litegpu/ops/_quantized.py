@@ -67,7 +67,8 @@ def activation_range(activation: str | None, scale: float, zero_point: int, dtyp
         return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
     if activation == "RELU_N1_TO_1":
         return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
-    # TANH, SIGN_BIT: the official quantized kernels ignore them too (full range), as the float ones do
+    # TANH, SIGN_BIT, ...: the official helper falls through to the full range, i.e. no activation (ops that
+    # refuse them, e.g. FULLY_CONNECTED, check before getting here).
     return qmin, qmax
 
 
@@ -176,9 +177,10 @@ def quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
     zero_point = xp.where(empty, 0.0, zero_point)
     scale = scale64.astype(xp.float32)
     inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
-    # round(x / scale) first, then the zero point: the optimized kernel's order (measured on a ConvNeXt's
-    # GELU outputs, 3136 rows of 384: rounding zero_point + x / scale instead was off on 5 rows, 7e-4)
-    values = fp.round_half_away_from_zero(xp, rows * inverse) + zero_point.astype(xp.float32)
+    # The official kernel rounds x * inverse and then adds the zero point: rounding zero_point + x * inverse
+    # instead is one unit off where the float32 sum lands on a .5 tie that the product was not on (found as
+    # the first diverging tensor of a dynamic-range encoder: one element of one row of 16k).
+    values = zero_point.astype(xp.int64) + fp.round_half_away_from_zero(xp, rows * inverse).astype(xp.int64)
     values = xp.where(empty, 0, xp.clip(values, -128, 127)).astype(xp.int64)
     return values, scale, zero_point.astype(xp.int64)
 

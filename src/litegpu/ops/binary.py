@@ -57,6 +57,9 @@ def is_traced(x: Any) -> bool:
     return not isinstance(x, (np.ndarray, np.generic))
 
 
+# Fused activations: the official float and integer kernels build a clamp range (CalculateActivationRange /
+# ...Quantized), which knows only RELU, RELU_N1_TO_1 and RELU6; TANH and SIGN_BIT compute no activation at all.
+# common.fused_activation and _quantized.activation_range follow that (tests/ops/test_fused_activations.py).
 def clamp_to_activation_range(xp: Any, x: Any, activation: str | None) -> Any:
     """The official ``ActivationFunctionWithMinMax``: float results never leave the finite range."""
     x = fused_activation(xp, x, activation)

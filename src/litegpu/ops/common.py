@@ -5,35 +5,35 @@ from __future__ import annotations
 from typing import Any
 
 
-# The activations ``CalculateActivationRange`` knows: every official kernel with a fused activation field
-# (conv, depthwise, fully connected, pools, add / sub / mul / div, ...) turns the field into a [min, max]
-# clamp through it.  Any other value of the field (TANH, SIGN_BIT) falls through to the full float range:
-# the official kernels compute no activation at all for them, and so does litegpu (a differential test
-# over every activation keeps it so).
-CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
-
-
 def fused_activation(xp: Any, x: Any, name: str | None) -> Any:
-    """An op's ``fused_activation_function`` as the official kernels apply it: a clamp (see above)."""
+    """A TFLite ``fused_activation_function`` as the official builtin kernels apply it to a result.
+
+    Most kernels (ADD / SUB / MUL / DIV, CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, the pools, ...) turn the
+    activation into a clamp range with ``CalculateActivationRange``, which knows only RELU, RELU_N1_TO_1 and
+    RELU6: every other value (TANH, SIGN_BIT, ...) yields the full range, so the official result carries no
+    activation at all.  We match that (measured against the builtin kernels for every op with the field).
+    Kernels that apply the activation function itself (the recurrent ones, the hybrid FULLY_CONNECTED) use
+    :func:`applied_activation`; kernels that refuse some values say so in their op module."""
     if name == "RELU":
         return xp.maximum(x, 0)
     if name == "RELU6":
         return xp.clip(x, 0, 6)
     if name == "RELU_N1_TO_1":
         return xp.clip(x, -1, 1)
-    return x  # NONE, and the activations CalculateActivationRange ignores
+    return x
 
 
-def apply_activation(xp: Any, x: Any, name: str | None) -> Any:
-    """``tensor_utils::ApplyActivationToVector``: the recurrent kernels (RNN, LSTM, SVDF) really apply their
-    activation, TANH and SIGN_BIT included."""
+def applied_activation(xp: Any, x: Any, name: str | None) -> Any:
+    """The official ``ApplyActivationToVector`` (RNN, LSTM, SVDF, hybrid FULLY_CONNECTED): the function itself."""
+    if name in (None, "NONE", "RELU", "RELU6", "RELU_N1_TO_1"):
+        return fused_activation(xp, x, name)
     if name == "TANH":
         return xp.tanh(x)
+    if name == "SIGMOID":
+        return 1 / (1 + xp.exp(-x))
     if name == "SIGN_BIT":
         return xp.signbit(x).astype(x.dtype)
-    if name in (None, *CLAMP_ACTIVATIONS):
-        return fused_activation(xp, x, name)
-    raise ValueError(f"unknown activation {name!r}")
+    raise ValueError(f"unknown fused activation {name!r}")
 
 
 def same_padding(in_size: int, kernel: int, stride: int, dilation: int = 1) -> tuple[int, int]:

@@ -166,6 +166,8 @@ def _float_weights_reason(op: Any, subgraph: Any, index: int) -> str | None:
     return None
 
 
+# The official conv kernels (float, hybrid, integer) clamp to CalculateActivationRange's range: a fused TANH or
+# SIGN_BIT computes nothing there, and fused_activation / activation_range do the same.
 def _finish(ctx: OpContext, xp: Any, y: Any, bias: Any) -> Any:
     if bias is not None:
         y = y + bias

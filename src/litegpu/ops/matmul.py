@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as q
-from .common import apply_activation, computed_once, constant_tensor, fused_activation, opaque_zero, tie_to
+from .common import applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, tie_to
 from .registry import Op, OpContext, register
 
 
@@ -167,9 +167,10 @@ def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
         return np.matmul(a.astype(np.int64), b.astype(np.int64))
     a = computed_once(xp, ctx.lax, a)  # else XLA recomputes it per output of a weights-converting matvec
     acc = xp.int64 if wide else xp.int32
+    # spans of b's last axis (output units); b[:, ...] would slice the contracted axis of a batched b
     spans = _unit_spans(b, np.dtype(acc).itemsize, axis=-1) if b.ndim == 2 else [(0, b.shape[-1])]
     return _chained_products(xp, ctx.lax, spans, lambda start, stop, after: xp.matmul(
-        a.astype(acc), tie_to(xp, ctx.lax, b[..., start:stop], after).astype(acc),  # columns of any-rank b
+        a.astype(acc), tie_to(xp, ctx.lax, b[..., start:stop], after).astype(acc),
         preferred_element_type=acc)).astype(xp.int64)
 
 
@@ -210,11 +211,13 @@ def _hybrid_scale(row_scale: Any, w_t: Any, channels: int) -> Any:
 
 
 def _hybrid_product(xp: Any, ctx: OpContext, quantized: Any, row_scale: Any, row_zp: Any, w: Any,
-                    w_t: Any) -> Any:
+                    w_t: Any, weight_sums: Any = None) -> Any:
     """float32 result of quantized rows [..., R, D] times integer weights [..., D, U]."""
     acc = _integer_dot(xp, ctx, quantized, w.astype(xp.int64), False)
     if ctx.options.get("asymmetric_quantize_inputs", False):
-        acc = acc - row_zp * w.astype(xp.int64).sum(axis=-2, keepdims=True)
+        if weight_sums is None:
+            weight_sums = w.astype(xp.int64).sum(axis=-2, keepdims=True)
+        acc = acc - row_zp * weight_sums
     scale = _hybrid_scale(row_scale, w_t, w.shape[-1])
     return acc.astype(xp.float32) * scale
 
@@ -237,9 +240,9 @@ def _hybrid_fc_dispatch(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, out_
         y = _hybrid_fc(xp, ctx, x, w)
         if bias is not None:
             y = y + bias
-    # The hybrid kernels apply their activation with ApplyActivationToVector: TANH and SIGN_BIT really apply
-    # (the float and integer kernels clamp, and ignore those two).
-    return apply_activation(xp, y, ctx.options.fused_activation_function).reshape(out_shape)
+    # The hybrid kernel applies the activation function itself (ApplyActivationToVector: TANH, SIGN_BIT too),
+    # where the float and integer kernels refuse those values.
+    return applied_activation(xp, y, ctx.options.fused_activation_function).reshape(out_shape)
 
 
 # --- the official optimized 4-bit hybrid kernel (fully_connected.cc EvalHybridDense4Bit) -----
@@ -405,6 +408,25 @@ def _batch_matmul_operands(ctx: OpContext, x: Any, y: Any) -> tuple[Any, Any]:
     return x, y
 
 
+def _as_official_hybrid_bmm_reads(xp: Any, per_matrix: Any, own_batch: tuple, other_batch: tuple) -> Any:
+    """Per-row factors ``[*own_batch, n]`` (the input rows' scales / zero points, or the weights' column sums)
+    as the official hybrid BATCH_MATMUL reads them, for the broadcast batch ``[*batch, n]``.
+
+    The official kernel (reference_ops::BatchMatMul, hybrid) steps its factor pointer by ``n`` per index of
+    each of its three batch dimensions, not by the size of the matrices below it: batch ``(b0, b1, b2)``
+    reads factors ``(b0 + b1 + b2) * n ...`` (a dimension of size 1 adds nothing).  With one batch
+    dimension that is the right row; with two or more (a 4-D input) other rows' factors are used, and
+    we do the same to give the official numbers."""
+    own = (1,) * (3 - len(own_batch)) + tuple(own_batch)
+    other = (1,) * (3 - len(other_batch)) + tuple(other_batch)
+    batch = tuple(max(a, b) for a, b in zip(own, other))
+    n = per_matrix.shape[-1]
+    grids = np.meshgrid(*[np.arange(d) * (o != 1) for d, o in zip(batch, own)], indexing="ij")
+    start = sum(grids) * n
+    index = (start[..., None] + np.arange(n)).reshape(np.broadcast_shapes(own_batch, other_batch) + (n,))
+    return xp.take(per_matrix.reshape(-1), xp.asarray(index))
+
+
 # lhs dtype -> (rhs dtypes, output dtypes) of the integer kernels
 BMM_INTEGER = {"int8": (("int8",), ("int8", "int32")), "int16": (("int8", "int16"), ("int16",))}
 
@@ -448,7 +470,11 @@ class BatchMatMul(Op):
         x_t, y_t, out_t = ctx.input(0), ctx.input(1), ctx.output(0)
         if x_t.dtype == "float32":
             quantized, row_scale, row_zp = q.quantize_rows(xp, x, ctx.options.asymmetric_quantize_inputs)
-            return _hybrid_product(xp, ctx, quantized, row_scale, row_zp, y, y_t)
+            x_batch, y_batch = x.shape[:-2], y.shape[:-2]
+            row_scale = _as_official_hybrid_bmm_reads(xp, row_scale[..., 0], x_batch, y_batch)[..., None]
+            row_zp = _as_official_hybrid_bmm_reads(xp, row_zp[..., 0], x_batch, y_batch)[..., None]
+            sums = _as_official_hybrid_bmm_reads(xp, y.astype(xp.int64).sum(axis=-2), y_batch, x_batch)[..., None, :]
+            return _hybrid_product(xp, ctx, quantized, row_scale, row_zp, y, y_t, sums)
         if out_t.dtype == "int32":  # the raw product: no zero points, no rescaling
             return _integer_dot(xp, ctx, x, y, False)
         in_scale, in_zp = q.scale_and_zero_point(ctx, x_t, "lhs")

@@ -83,6 +83,7 @@ class _Pool(Op):
 QUANTIZED = ("int8", "uint8", "int16")
 
 
+# Fused TANH / SIGN_BIT on a pool compute nothing, as in the official kernels (their clamp range ignores them).
 def _quantized_activation_range(ctx: OpContext) -> tuple[int, int]:
     """The fused activation's bounds with the output's quantization.  The official kernels pool the
     stored integers without rescaling (they only debug-check that input and output share scale and

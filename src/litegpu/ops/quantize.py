@@ -13,10 +13,10 @@ saturation.  (The official *optimized* x86 kernel rounds half to even inside
 8- or 16-element SIMD blocks and half away from zero in the tail, so it can
 differ from the reference kernel by one unit on exact halves; we follow the
 reference kernel, which is position independent.)  Quantized -> quantized is the
-official fixed-point requantization (``fixedpoint.py``) of the reference kernel, except between 8-bit
-types (int8 / uint8 both ways), where the official builtin kernel's ``Requantize`` rescales as ruy does
-(both roundings half up, not away from zero): with a multiplier below one gemmlowp's rounding was one unit off
-on 6% of the values.
+official fixed-point requantization (``fixedpoint.py``): from 16 / 32 bits with gemmlowp's
+rounding, from 8 bits with the half-up rounding of the builtin (optimized) kernel, which
+differs from gemmlowp's by one unit on ties of the right shift (a quarter of the values when
+the scale ratio is below 1/2).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ _REQUANTIZE_OUTPUTS = {
     "int32": ("int8", "int16"),
 }
 _FLOAT_QUANTIZE_OUTPUTS = ("int8", "uint8", "int16")
-_EIGHT_BIT = ("int8", "uint8")
 
 
 def _affine_params(ctx: OpContext, tensor_name: str, t: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,8 +126,10 @@ class Quantize(Op):
             raise ModelExecutionError(f"{ctx.op}: int16 to int16 requantization needs zero points of 0")
         multiplier, shift = quantize_multiplier(float(np.float64(in_scale)) / float(np.float64(out_scale)))
         centered = wrap_int32(xp, x.astype(xp.int64) - int(in_zp))
-        if src.dtype in _EIGHT_BIT and dst.dtype in _EIGHT_BIT:
-            scaled = ruy_multiply_by_quantized_multiplier(xp, centered, multiplier, shift)
-        else:
-            scaled = multiply_by_quantized_multiplier(xp, centered, multiplier, shift)
+        # The official 8-bit -> 8-bit requantization (optimized Requantize, what the builtin kernels run) rounds
+        # both steps half up, as ruy does; the 16- and 32-bit inputs keep gemmlowp's half-away-from-zero
+        # rounding (both measured against the builtin kernels, tests/ops/test_quantize.py).
+        rescale = ruy_multiply_by_quantized_multiplier if src.dtype in ("int8", "uint8") \
+            else multiply_by_quantized_multiplier
+        scaled = rescale(xp, centered, multiplier, shift)
         return wrap_int32(xp, scaled + int(out_zp))

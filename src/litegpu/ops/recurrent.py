@@ -29,7 +29,7 @@ from . import _lstm_integer as integer_lstm
 from . import _quantized as qz
 from . import fixedpoint as fp
 from ._quantized import quantize_rows as _quantize_rows
-from .common import apply_activation
+from .common import applied_activation
 from .matmul import _integer_dot
 from .registry import Op, OpContext, register
 
@@ -135,7 +135,7 @@ def _rnn_step(ctx: OpContext, w: Any, r: Any, bias: Any) -> Callable:
     activation = ctx.options.fused_activation_function
 
     def step(h: Any, x_t: Any) -> tuple[Any, Any]:
-        h = apply_activation(ctx.xp, bias + _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r), activation)
+        h = applied_activation(ctx.xp, bias + _matmul_t(ctx, x_t, w) + _matmul_t(ctx, h, r), activation)
         return h, h
     return step
 
@@ -225,12 +225,12 @@ def _lstm_step(ctx: OpContext, params: list) -> Callable:
         h, c = state
         f = _sigmoid(xp, gate(x_t, h, w_f, r_f, b_f, p_f, c))
         i = 1 - f if cifg else _sigmoid(xp, gate(x_t, h, w_i, r_i, b_i, p_i, c))
-        g = apply_activation(xp, gate(x_t, h, w_c, r_c, b_c, None, c), activation)
+        g = applied_activation(xp, gate(x_t, h, w_c, r_c, b_c, None, c), activation)
         c = f * c + i * g
         if cell_clip > 0:
             c = xp.clip(c, -cell_clip, cell_clip)
         out_gate = _sigmoid(xp, gate(x_t, h, w_o, r_o, b_o, p_o, c))
-        h = out_gate * apply_activation(xp, c, activation)
+        h = out_gate * applied_activation(xp, c, activation)
         if proj_w is not None:
             h = _matmul_t(ctx, h, proj_w)
             if proj_b is not None:
@@ -487,4 +487,4 @@ class Svdf(Op):
         if bias is not None:
             out = out + bias
         _store_state(ctx, 4, xp.reshape(window, (batch, filters * memory)))
-        return apply_activation(xp, out, ctx.options.fused_activation_function)
+        return applied_activation(xp, out, ctx.options.fused_activation_function)

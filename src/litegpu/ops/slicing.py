@@ -21,6 +21,7 @@ from .registry import Op, OpContext, register
 from .shape import ANY_DTYPE, normalize_axis, static_ints
 
 INDEX_DTYPES = ("int32", "int64")
+HYBRID_TABLES = ("int8", "uint8", "int4")  # EMBEDDING_LOOKUP tables that dequantize to a float32 output
 
 
 def _is_static(value: Any) -> bool:
@@ -367,13 +368,12 @@ class ReverseV2(Op):
 
 @register("EMBEDDING_LOOKUP")
 class EmbeddingLookup(Op):
-    """Rows of a table.  A table of the output's own type (float32, float16, any integer, bool) is a plain
-    row copy, as the official kernel's memcpy.  An int8 / uint8 / int4 table with a float32 output is the
-    hybrid kernel: the rows come out as float32 ``value * scale`` (the row's own scale when there is one
-    per row).  As the official kernel, it reads uint8 bytes as int8, and refuses a nonzero zero point."""
+    """Rows of a table.  As the official kernel: a table whose type is the output's (float32, any integer
+    type, bool; quantized or not) is copied row by row.  An int8 / uint8 / int4 table with a float32
+    output is the hybrid kernel: the rows come out as ``value * scale`` (the row's own scale when there is
+    one per row); it reads uint8 bytes as int8, and the official Prepare refuses a non-zero zero point."""
 
     dtypes = ANY_DTYPE + ("int4",)
-    HYBRID_TABLES = ("int8", "uint8", "int4")
 
     def input_dtype(self, op, subgraph):
         return subgraph.tensors[op.inputs[1]].dtype
@@ -381,17 +381,16 @@ class EmbeddingLookup(Op):
     def unsupported_reason(self, op, subgraph, target):
         reason = super().unsupported_reason(op, subgraph, target)
         table, out = subgraph.tensors[op.inputs[1]], subgraph.tensors[op.outputs[0]]
-        if reason is not None or table.dtype == out.dtype:
+        if reason is not None or (table.dtype == out.dtype and table.dtype != "int4"):
             return reason
-        if table.dtype not in self.HYBRID_TABLES or out.dtype != "float32":
-            return f"a {table.dtype} table with a {out.dtype} output is not supported (the official kernel copies " \
-                   "rows of the output's type, or dequantizes int8 / uint8 / int4 rows to float32)"
-        q = table.quantization
-        if q is None or not q.is_affine:
-            return f"a {table.dtype} table needs a quantization scale"
-        if any(int(z) != 0 for z in q.zero_point):  # the official Prepare's check
-            return f"a {table.dtype} table needs zero point 0 (got {list(q.zero_point)[:4]})"
-        return reason
+        if table.dtype not in HYBRID_TABLES or out.dtype != "float32":
+            return f"a {table.dtype} table with a {out.dtype} output is not supported (the output takes the " \
+                   f"table's type, or float32 for an int8 / uint8 / int4 table)"
+        if table.quantization is None or not table.quantization.is_affine:
+            return f"a {table.dtype} table with float32 output needs a quantization scale"
+        if any(int(z) != 0 for z in table.quantization.zero_point or ()):
+            return f"a {table.dtype} table with float32 output needs zero points 0 (the official kernel's check)"
+        return None
 
     def compute(self, ctx: OpContext, ids: Any, table: Any) -> Any:
         if ids.ndim != 1 or table.ndim < 2:
@@ -399,7 +398,7 @@ class EmbeddingLookup(Op):
                                       f"{tuple(ids.shape)} and {tuple(table.shape)}")
         _check_indices(ctx, ids, table.shape[0], "id")
         rows = ctx.xp.asarray(table)[ids]  # a numpy table cannot be indexed by traced ids
-        if ctx.input(1).dtype == ctx.output(0).dtype:
+        if ctx.output(0).dtype == ctx.input(1).dtype:
             return rows
         xp = ctx.xp
         scales = np.asarray(ctx.input(1).quantization.scale, np.float32)

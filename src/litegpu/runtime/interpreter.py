@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import ir
 from ..compile import CPU, plan
+from ..compile.rewrites import rewrite_for_xla
 from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from ..ir import numpy_dtype
 from ..ops import Target
@@ -82,12 +83,11 @@ class Interpreter:
         self._model: ir.Model = read(model_path if model_path else model_content)
         self._preserve = bool(experimental_preserve_all_tensors)
         self._use_reference = resolver in _REFERENCE_RESOLVERS or self._preserve
-        # XLA runs the model as CompiledModel's XLA engine does, after the same rewrites (the converter's
-        # slice / concat step writes in WHILE loops become DYNAMIC_UPDATE_SLICE, which XLA can trace):
-        # so the two APIs run the same models.  The numpy kernels run the file as it is.
-        from ..compile.rewrites import rewrite_for_xla
-
-        self._xla_model: ir.Model = rewrite_for_xla(self._model)
+        # XLA runs the model as CompiledModel's CPU plan sees it (rewritten for tracing: e.g. a WHILE-loop RNN's
+        # run-time SLICEs become DYNAMIC_UPDATE_SLICE), so both APIs run the same models on the same backend.
+        # The rewrite keeps tensor indices, so every index this API hands out still names the same tensor.
+        self._xla_model: ir.Model = self._model if self._use_reference else rewrite_for_xla(self._model)
+        # the Interpreter's backend is XLA or numpy, so it asks for the exact kernels' plan (not OpenVINO's)
         if not self._use_reference and plan(self._xla_model, CPU, warn=True,
                                             cpu_kernels="builtin").target is Target.REFERENCE:
             self._use_reference = True
