@@ -13,10 +13,11 @@ available here; the Hugging Face versions of the same architectures stand in for
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conversion_log import convert_and_report  # noqa: E402
 
 SEED = 0
 
@@ -83,18 +84,8 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in argv[1:] or list(ZOO):
         path = out_dir / f"torch_{name}.tflite"
-        record: dict = {"model": name, "file": path.name, "converter": "litert-torch"}
-        if path.exists():
-            record["status"] = "cached"
-        else:
-            t = time.perf_counter()
-            try:
-                record.update(build(name, path))
-                record["status"] = "converted"
-            except Exception as e:  # noqa: BLE001  (a model the converter refuses is reported, not hidden)
-                record.update(status="failed", error=f"{type(e).__name__}: {str(e)[:300]}")
-            record["seconds"] = round(time.perf_counter() - t, 1)
-        print(json.dumps(record), flush=True)
+        record = {"model": name, "file": path.name, "converter": "litert-torch"}
+        convert_and_report(record, path, lambda: build(name, path))
     return 0
 
 

@@ -14,10 +14,11 @@ the model list); TensorFlow is imported only when converting.
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conversion_log import convert_and_report  # noqa: E402
 
 SEED = 0
 LARGE_BATCH = 8
@@ -99,18 +100,8 @@ def main(argv: list[str]) -> int:
     for name in names:
         for batch in BATCHES:
             path = out_dir / file_name(name, batch)
-            record: dict = {"model": name, "batch": batch, "file": path.name}
-            if path.exists():
-                record["status"] = "cached"
-            else:
-                t = time.perf_counter()
-                try:
-                    record.update(build(name, batch, path))
-                    record["status"] = "converted"
-                except Exception as e:  # noqa: BLE001  (a model the converter refuses is reported, not hidden)
-                    record.update(status="failed", error=f"{type(e).__name__}: {str(e)[:300]}")
-                record["seconds"] = round(time.perf_counter() - t, 1)
-            print(json.dumps(record), flush=True)
+            record = {"model": name, "batch": batch, "file": path.name}
+            convert_and_report(record, path, lambda: build(name, batch, path))
     return 0
 
 

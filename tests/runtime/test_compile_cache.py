@@ -84,17 +84,22 @@ def test_version_change_misses(tmp_path, monkeypatch):
     assert set(entries(tmp_path / "c")) > before
 
 
+def damage_entry(entry, how):
+    """Cut an entry in half, or flip bits in its middle."""
+    blob = bytearray(entry.read_bytes())
+    if how == "truncate":
+        blob = blob[: len(blob) // 2]
+    else:
+        blob[len(blob) // 2] ^= 0x5A
+    entry.write_bytes(bytes(blob))
+
+
 @pytest.mark.parametrize("damage", ["truncate", "corrupt"])
 def test_damaged_entry_is_rebuilt(tmp_path, damage):
     path = small_model(tmp_path / "m.tflite")
     expected = run_once(path, tmp_path / "c")
     (entry,) = (tmp_path / "c").glob("*.bin")
-    blob = bytearray(entry.read_bytes())
-    if damage == "truncate":
-        blob = blob[: len(blob) // 2]
-    else:
-        blob[len(blob) // 2] ^= 0x5A
-    entry.write_bytes(bytes(blob))
+    damage_entry(entry, damage)
     with pytest.warns(RuntimeWarning, match="discarding"):
         got = run_once(path, tmp_path / "c")
     assert np.array_equal(got, expected)
@@ -165,12 +170,7 @@ def test_openvino_damaged_entries_are_rebuilt(tmp_path, damage):
     path = small_model(tmp_path / "m.tflite")
     expected = run_once(path, tmp_path / "c", kernel_mode=FAST)
     for entry in (tmp_path / "c").glob("*.bin"):
-        blob = bytearray(entry.read_bytes())
-        if damage == "truncate":
-            blob = blob[: len(blob) // 2]
-        else:
-            blob[len(blob) // 2] ^= 0x5A
-        entry.write_bytes(bytes(blob))
+        damage_entry(entry, damage)
     with pytest.warns(RuntimeWarning, match="discarding"):
         got = run_once(path, tmp_path / "c", kernel_mode=FAST)
     assert np.array_equal(got, expected)

@@ -163,6 +163,30 @@ def _check_example(example_id: str, feed: dict, details: dict) -> None:
             raise _BadExample(f"input {name!r} is {want_dtype.name}, this example is {array.dtype.name}")
 
 
+def _valid_examples(inputs: Path, names: list[str], details: dict, scale: str, done: set[str],
+                    errors_path: Path, counts: dict) -> Iterator[tuple[str, dict]]:
+    """(id, {input: array shaped as the model's input}) of each example not done yet; a bad one is reported on
+    stderr and in the errors file, counted, and skipped."""
+    for example_id, feed in _examples(inputs, names, details, scale):
+        if example_id in done:
+            continue
+        try:
+            if isinstance(feed, _BadExample):
+                raise feed
+            _check_example(example_id, feed, details)
+        except _BadExample as e:
+            _report_bad(example_id, e, errors_path, counts)
+            continue
+        yield example_id, {n: a.reshape(details[n]["shape"]) for n, a in feed.items()}
+
+
+def _report_bad(example_id: str, error: Exception, errors_path: Path, counts: dict) -> None:
+    counts["bad"] += 1
+    sys.stderr.write(f"litegpu batch: skipping {example_id!r}: {error}\n")
+    with open(errors_path, "a") as f:
+        f.write(json.dumps({"id": example_id, "error": str(error)}) + "\n")
+
+
 def run_local(model_path: Path, inputs: Path, output: Path, *, signature: str | int = 0, part_size: int = 256,
               scale: str = "0..1", accelerator: str = "gpu,cpu", progress: bool = True,
               limit: int | None = None) -> dict:
@@ -183,20 +207,11 @@ def run_local(model_path: Path, inputs: Path, output: Path, *, signature: str | 
     bar = _progress(progress)
     with bar:
         task = bar.add_task("examples", total=None)
-        for example_id, feed in _examples(inputs, names, details, scale):
-            if example_id in done:
-                continue
+        for example_id, feed in _valid_examples(inputs, names, details, scale, done, errors_path, counts):
             try:
-                if isinstance(feed, _BadExample):
-                    raise feed
-                _check_example(example_id, feed, details)
-                feed = {n: a.reshape(details[n]["shape"]) for n, a in feed.items()}
                 result = model.run(feed, signature)
-            except (_BadExample, LiteGpuError) as e:
-                counts["bad"] += 1
-                sys.stderr.write(f"litegpu batch: skipping {example_id!r}: {e}\n")
-                with open(errors_path, "a") as f:
-                    f.write(json.dumps({"id": example_id, "error": str(e)}) + "\n")
+            except LiteGpuError as e:  # the model refuses this example's values: skip it, keep going
+                _report_bad(example_id, e, errors_path, counts)
                 continue
             shapes = {name: list(np.shape(v)) for name, v in result.items()}
             pending.append((example_id, result))
@@ -240,19 +255,9 @@ def run_ray(model_path: Path, inputs: Path, output: Path, *, address: str, signa
     details = model.get_input_tensor_details(signature)
     names = list(details)
     parts = _Parts(output)
-    done = parts.done_ids()
-    rows, bad = [], 0
-    for example_id, feed in _examples(inputs, names, details, scale):
-        if example_id in done:
-            continue
-        try:
-            if isinstance(feed, _BadExample):
-                raise feed
-            _check_example(example_id, feed, details)
-            rows.append({"id": example_id, **{n: a.reshape(details[n]["shape"]) for n, a in feed.items()}})
-        except _BadExample as e:
-            bad += 1
-            sys.stderr.write(f"litegpu batch: skipping {example_id!r}: {e}\n")
+    counts = {"done_before": len(parts.done_ids()), "bad": 0}
+    rows = [{"id": example_id, **feed} for example_id, feed in _valid_examples(
+        inputs, names, details, scale, parts.done_ids(), output.with_name(output.name + ".errors.jsonl"), counts)]
     if rows:
         ray.init(address=None if address == "local" else address, ignore_reinit_error=True,
                  **({"num_cpus": os.cpu_count()} if address == "local" else {}))
@@ -263,7 +268,7 @@ def run_ray(model_path: Path, inputs: Path, output: Path, *, address: str, signa
             outputs = [n for n in batch if n not in ("id", *names)]
             results = [(str(batch["id"][i]), {n: batch[n][i] for n in outputs}) for i in range(len(batch["id"]))]
             parts.write(results, {n: list(np.shape(batch[n][0])) for n in outputs})
-    return {"ran": len(rows), "bad": bad, "rows": parts.join()}
+    return {**counts, "ran": len(rows), "rows": parts.join()}
 
 
 def run(args: Any) -> int:

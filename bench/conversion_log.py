@@ -1,0 +1,25 @@
+"""One converted model, reported as a JSON line: shared by the zoo builders (each runs in its own venv,
+TensorFlow's or PyTorch's, so this module needs nothing but the standard library)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def convert_and_report(record: dict, path: Path, build: Callable[[], dict]) -> dict:
+    """Run ``build`` unless ``path`` exists; print ``record`` with its status, time and ``build``'s facts."""
+    if path.exists():
+        record["status"] = "cached"
+    else:
+        start = time.perf_counter()
+        try:
+            record.update(build())
+            record["status"] = "converted"
+        except Exception as e:  # noqa: BLE001  (a model the converter refuses is reported, not hidden)
+            record.update(status="failed", error=f"{type(e).__name__}: {str(e)[:300]}")
+        record["seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(record), flush=True)
+    return record
