@@ -13,6 +13,11 @@ any other input takes ``[N, *example_shape]``.  Outputs follow the same rule.  E
 (cached per N).  Batched runs use the XLA engine (the exact kernels: results equal per-example runs, floats
 to rounding, integers exactly), on the model's accelerator.
 
+Data parallel: ``model.batched(devices=...)`` (``"all"``, a count, device indices or JAX devices of the
+model's platform) splits the examples evenly across the devices (``NamedSharding`` over a one-axis mesh; N
+must divide evenly), with the weights replicated on each; the outputs come back in order.  Inputs that are
+already JAX arrays, sharded over those devices or not, are passed as they are, never gathered to the host.
+
 Models whose examples are not independent refuse with ``BatchingError`` naming the op: resource variables
 and variable tensors (state carried between runs), ops whose output shape depends on the data (NMS, WHERE,
 UNIQUE, ...) and Python custom ops (host callbacks).
@@ -71,14 +76,64 @@ def batching_refusal(model: Model, subgraph: int) -> str | None:
     return None
 
 
+def resolve_devices(devices: Any, platform: str) -> list[Any] | None:
+    """The JAX devices named by ``devices`` ("all", a count, indices or devices); None for one device."""
+    if devices is None:
+        return None
+    from ..backends.xla import jax_module
+
+    available = jax_module().devices(platform)
+    if isinstance(devices, str):
+        if devices != "all":
+            raise InvalidArgumentError(f"devices={devices!r}: use 'all', a count, device indices or JAX devices")
+        return list(available)
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(available):
+            raise InvalidArgumentError(f"devices={devices}: this machine has {len(available)} {platform} device(s)")
+        return list(available[:devices])
+    chosen = []
+    for d in devices:
+        if isinstance(d, int) and not isinstance(d, bool):
+            if not 0 <= d < len(available):
+                raise InvalidArgumentError(f"device index {d} is out of range: {len(available)} {platform} device(s)")
+            chosen.append(available[d])
+        elif getattr(d, "platform", None) == available[0].platform:
+            chosen.append(d)
+        else:
+            raise InvalidArgumentError(f"{d!r} is not a {platform} device index or JAX device")
+    if not chosen or len(set(chosen)) != len(chosen):
+        raise InvalidArgumentError(f"devices={devices!r}: name each device once")
+    return chosen
+
+
 class BatchedModel:
     """N examples per run through a batch-1 ``CompiledModel`` (see the module doc).  Thread-safe."""
 
-    def __init__(self, compiled: Any):
+    def __init__(self, compiled: Any, devices: Any = None):
         self._compiled = compiled
         self._programs: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._backends: dict[int, Any] = {}
+        self.devices = resolve_devices(devices, compiled._platform)
+        self._replicated: dict[int, Any] = {}
+
+    def _shardings(self) -> tuple[Any, Any] | None:
+        """(replicated, split along the example axis) over the devices, or None on one device."""
+        if self.devices is None:
+            return None
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        mesh = Mesh(np.array(self.devices), ("examples",))
+        return NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("examples"))
+
+    def _params(self, signature: Any, backend: Any) -> Any:
+        """The weights, replicated once on every device in data parallel."""
+        shardings = self._shardings()
+        if shardings is None:
+            return backend.params
+        if signature.index not in self._replicated:
+            self._replicated[signature.index] = backend.jax.device_put(backend.params, shardings[0])
+        return self._replicated[signature.index]
 
     # ---- what runs -------------------------------------------------------------------------
     def _backend(self, signature: Any) -> Any:
@@ -104,7 +159,13 @@ class BatchedModel:
                 outputs, _ = backend._trace(params, {}, inputs)
                 return outputs
 
-            self._programs[key] = jax.jit(jax.vmap(one_example, in_axes=(None, 0)))
+            program = jax.vmap(one_example, in_axes=(None, 0))
+            shardings = self._shardings()
+            if shardings is None:
+                self._programs[key] = jax.jit(program)
+            else:
+                replicated, split = shardings
+                self._programs[key] = jax.jit(program, in_shardings=(replicated, split), out_shardings=split)
         return self._programs[key]
 
     # ---- running ---------------------------------------------------------------------------
@@ -131,11 +192,14 @@ class BatchedModel:
             examples.append((t, array))
         by_tensor = dict(examples)
         ordered = [by_tensor[t] for t in sg.inputs]
+        if self.devices is not None and count % len(self.devices):
+            raise BatchingError(f"{count} examples do not split evenly over {len(self.devices)} devices")
         with self._lock:
             backend = self._backend(s)
-            key = (s.index, tuple((a.shape, a.dtype.str) for a in ordered))
+            key = (s.index, tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in ordered))
             program = self._program(backend, key)
-        results = program(backend.params, ordered)
+            params = self._params(s, backend)
+        results = program(params, ordered)
         produced = dict(zip(sg.outputs, results))
         return {name: self._from_examples(sg.tensors[t], np.asarray(produced[t])) for name, t in s.outputs}
 
@@ -147,16 +211,19 @@ class BatchedModel:
         return values[0] if len(values) == 1 else values
 
     @staticmethod
-    def _as_examples(name: str, t: Any, value: Any) -> tuple[np.ndarray, int]:
-        """``value`` as [N, *example_shape] (a leading 1 of the example shape is the example axis)."""
-        array = np.asarray(value)
+    def _as_examples(name: str, t: Any, value: Any) -> tuple[Any, int]:
+        """``value`` as [N, *example_shape] (a leading 1 of the example shape is the example axis); JAX arrays
+        stay where they are."""
+        from ..backends.xla import is_device_array
+
+        array = value if is_device_array(value) else np.asarray(value)
         dtype = np.dtype(numpy_dtype(t.dtype))
-        if array.dtype != dtype:
-            raise TensorBufferError(f"input {name!r} is {dtype.name}; got {array.dtype.name}")
+        if np.dtype(array.dtype) != dtype:
+            raise TensorBufferError(f"input {name!r} is {dtype.name}; got {np.dtype(array.dtype).name}")
         example = tuple(t.shape)
-        if array.shape[1:] == example and array.ndim == len(example) + 1:
+        if tuple(array.shape[1:]) == example and array.ndim == len(example) + 1:
             return array, array.shape[0]
-        if example and example[0] == 1 and array.ndim == len(example) and array.shape[1:] == example[1:]:
+        if example and example[0] == 1 and array.ndim == len(example) and tuple(array.shape[1:]) == example[1:]:
             return array.reshape((array.shape[0],) + example), array.shape[0]
         wanted = f"[N, {', '.join(map(str, example[1:]))}]" if example and example[0] == 1 else f"[N, {list(example)}]"
         raise BatchingError(f"input {name!r}: one example is {list(example)}, so a batch is {wanted}; got "
@@ -170,4 +237,4 @@ class BatchedModel:
         return array
 
 
-__all__ = ["BatchedModel", "BatchingError", "batching_refusal"]
+__all__ = ["BatchedModel", "BatchingError", "batching_refusal", "resolve_devices"]

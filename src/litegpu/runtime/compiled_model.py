@@ -622,13 +622,14 @@ class CompiledModel:
                                     "strict=False forces another shape)")
         return x
 
-    def batched(self) -> Any:
+    def batched(self, devices: Any = None) -> Any:
         """A view of this model that runs N examples per call as one program (``runtime.batched``):
-        ``model.batched()(images)`` with ``images`` of shape ``[N, ...]`` for a batch-1 input."""
+        ``model.batched()(images)`` with ``images`` of shape ``[N, ...]`` for a batch-1 input.  ``devices``
+        ("all", a count, indices or JAX devices) splits the examples across several devices (data parallel)."""
         self._check_open()
         from .batched import BatchedModel
 
-        return BatchedModel(self)
+        return BatchedModel(self, devices)
 
     def __call__(self, *inputs: Any, signature_key: str | int = 0, **named: Any) -> Any:
         """``y = model(x)``: positional or keyword numpy inputs; one output comes back as an array,
