@@ -535,10 +535,12 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
 
 CPU_KERNELS = ("fast", "builtin", "reference")
 # An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of
-# its edges, one more dispatch: tens of microseconds) only when it holds real work: at least this
-# many multiply-accumulates in its matrix products and convolutions.  A model OpenVINO takes whole
-# has no such edges and goes to OpenVINO whatever its size.
-MIN_OPENVINO_RUN_MACS = 2_000_000
+# its edges, one more dispatch each side: about 0.1 ms) only when it holds real work: at least this
+# many multiply-accumulates in its matrix products and convolutions (about 1 ms of XLA CPU work).  At
+# 2 M, a small litert-torch decoder (KV cache writes OpenVINO refuses) split into 17 partitions and
+# ran its prefill 2.8x slower than on XLA alone.  A model OpenVINO takes whole has no such edges and
+# goes to OpenVINO whatever its size.
+MIN_OPENVINO_RUN_MACS = 20_000_000
 # Partitions OpenVINO converts but cannot compile are given back to XLA; after this many rounds the
 # model runs on XLA alone.
 MAX_PLAN_ROUNDS = 4

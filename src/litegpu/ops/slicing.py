@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
+from .common import constant_tensor
 from .registry import Op, OpContext, register
 from .shape import ANY_DTYPE, normalize_axis, static_ints
 
@@ -386,6 +387,11 @@ class EmbeddingLookup(Op):
         if table.dtype not in HYBRID_TABLES or out.dtype != "float32":
             return f"a {table.dtype} table with a {out.dtype} output is not supported (the output takes the " \
                    f"table's type, or float32 for an int8 / uint8 / int4 table)"
+        if _blockwise_table(table):
+            details = table.quantization.details
+            if int(details.get("zero_points", -1)) >= 0:
+                return "a blockwise table with zero points is not supported (the converter writes none)"
+            return None
         if table.quantization is None or not table.quantization.is_affine:
             return f"a {table.dtype} table with float32 output needs a quantization scale"
         if any(int(z) != 0 for z in table.quantization.zero_point or ()):
@@ -401,6 +407,8 @@ class EmbeddingLookup(Op):
         if ctx.output(0).dtype == ctx.input(1).dtype:
             return rows
         xp = ctx.xp
+        if _blockwise_table(ctx.input(1)):
+            return _blockwise_rows(ctx, xp, ids, rows, table.shape)
         scales = np.asarray(ctx.input(1).quantization.scale, np.float32)
         if scales.size > 1:
             if scales.size != table.shape[0]:
@@ -409,6 +417,26 @@ class EmbeddingLookup(Op):
         else:
             scale = scales[0]
         return rows.astype(xp.int8).astype(xp.float32) * scale
+
+
+def _blockwise_table(t: Any) -> bool:
+    """An int4 table quantized in blocks along its rows (litert-torch's ``dynamic_int4_block32`` LLMs)."""
+    details = t.quantization.details if t.quantization is not None else None
+    return details is not None and details.get("type") == "BlockwiseQuantization"
+
+
+def _blockwise_rows(ctx: OpContext, xp: Any, ids: Any, rows: Any, table_shape: tuple) -> Any:
+    """Rows of a blockwise table as float32: each block of ``block_size`` values times its own float16 scale
+    (the scales tensor is [rows, dim / block_size]; checked against the official kernel on a converter model)."""
+    details = ctx.input(1).quantization.details
+    block = int(details.block_size)
+    dim = int(np.prod(table_shape[1:]))
+    if block <= 0 or dim % block:
+        raise ModelExecutionError(f"{ctx.op}: block size {block} does not divide the row length {dim}")
+    scales = constant_tensor(ctx, int(details.scales)).astype(np.float32).reshape(table_shape[0], dim // block)
+    picked = xp.asarray(scales)[ids]
+    values = rows.astype(xp.float32).reshape(-1, dim // block, block) * picked[:, :, None]
+    return values.reshape((-1,) + tuple(table_shape[1:]))
 
 
 @register("ONE_HOT")
