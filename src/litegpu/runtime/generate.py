@@ -18,7 +18,7 @@ overwrite them.  When a padded chunk would run past the cache, the rest is fed t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,34 +36,45 @@ def _softmax_sample(logits: np.ndarray, temperature: float, top_k: int | None, r
 
 
 class _Loop:
+    """The signatures of one model as a decode loop: the prefill ones (``prefill``, or the converter's
+    ``prefill_8``, ``prefill_32``, ...), the decode one, and the KV-cache buffers they share."""
+
     def __init__(self, model: Any, prefill: str, decode: str, tokens: str, position: str, logits: str):
         self.model = model
-        self.prefill, self.decode = prefill, decode
+        self.decode = decode
         self.tokens_name, self.position_name, self.logits_name = tokens, position, logits
         signatures = model.get_signature_list()
-        for key in (prefill, decode):
-            if key not in signatures:
-                raise SignatureError(f"generate needs signatures {prefill!r} and {decode!r}; the model has "
-                                     f"{sorted(signatures)}")
-            missing = [n for n in (tokens, position) if n not in signatures[key]["inputs"]] + \
-                      [n for n in (logits,) if n not in signatures[key]["outputs"]]
+        self.prefills = _prefill_signatures(signatures, prefill)
+        if not self.prefills or decode not in signatures:
+            raise SignatureError(f"generate needs a {prefill!r} signature (or {prefill}_<length> ones) and "
+                                 f"{decode!r}; the model has {sorted(signatures)}")
+        for key in [*self.prefills.values(), decode]:
+            missing = [n for n in (tokens, position) if n not in signatures[key]["inputs"]]
+            if key == decode and logits not in signatures[key]["outputs"]:
+                missing.append(logits)
             if missing:
                 raise SignatureError(f"signature {key!r} lacks {missing} (inputs {signatures[key]['inputs']}, "
                                      f"outputs {signatures[key]['outputs']})")
+        # litert-torch's prefill returns no logits (its default): the prompt's last token is then decoded
+        self.prefill_logits = all(logits in signatures[k]["outputs"] for k in self.prefills.values())
         self.cache_names = self._cache_names(signatures)
-        details = model.get_input_tensor_details(prefill)
-        self.chunk = int(details[tokens]["shape"][-1])
+        first = next(iter(self.prefills.values()))
+        details = model.get_input_tensor_details(first)
         self.token_dtype = np.dtype(details[tokens]["dtype"])
         self.position_dtype = np.dtype(details[position]["dtype"])
         # Buffers made once: the cache ones change from host zeros to device arrays after the first run.
-        self.caches = {n: model.create_input_buffer_by_name(prefill, n) for n in self.cache_names}
+        self.caches = {n: model.create_input_buffer_by_name(first, n) for n in self.cache_names}
+        keys = [*self.prefills.values(), decode]
         self.step_inputs = {key: {n: model.create_input_buffer_by_name(key, n) for n in (tokens, position)}
-                            for key in (prefill, decode)}
-        self.step_logits = {key: model.create_output_buffer_by_name(key, logits) for key in (prefill, decode)}
+                            for key in keys}
+        self.per_token_position = {key: int(np.prod(model.get_input_tensor_details(key)[position]["shape"])) > 1
+                                   for key in keys}
+        self.step_logits = {key: model.create_output_buffer_by_name(key, logits) for key in keys
+                            if logits in signatures[key]["outputs"]}
 
     def _cache_names(self, signatures: dict) -> list[str]:
         names = []
-        for key in (self.prefill, self.decode):
+        for key in [*self.prefills.values(), self.decode]:
             ins, outs = signatures[key]["inputs"], signatures[key]["outputs"]
             state = [n for n in ins if n in outs and n not in (self.tokens_name, self.position_name)]
             rest = [n for n in ins if n not in state and n not in (self.tokens_name, self.position_name)]
@@ -71,8 +82,8 @@ class _Loop:
                 raise SignatureError(f"signature {key!r} has inputs {rest} that are neither the tokens, the position "
                                      "nor state returned under the same name")
             names.append(state)
-        if set(names[0]) != set(names[1]):
-            raise SignatureError(f"{self.prefill!r} and {self.decode!r} carry different state: {names[0]} vs {names[1]}")
+        if any(set(n) != set(names[0]) for n in names):
+            raise SignatureError(f"the signatures carry different state: {names}")
         return names[0]
 
     @property
@@ -82,15 +93,43 @@ class _Loop:
             return None
         return int(next(iter(self.caches.values())).shape[1])
 
-    def step(self, key: str, tokens: Sequence[int], position: int) -> np.ndarray:
-        """Run one signature at ``position``; returns its logits [T, vocab] on the host."""
+    def prefill_for(self, remaining: int) -> tuple[str, int]:
+        """(signature, length): the smallest prefill that takes ``remaining`` tokens, else the longest."""
+        fitting = [n for n in self.prefills if n >= remaining]
+        length = min(fitting) if fitting else max(self.prefills)
+        return self.prefills[length], length
+
+    def step(self, key: str, tokens: Sequence[int], position: int) -> np.ndarray | None:
+        """Run one signature for ``tokens`` starting at ``position``; its logits [T, vocab] on the host, or None
+        when the signature returns none.  ``input_pos`` is one position, or one per token (the converter's)."""
         inputs = self.step_inputs[key]
         inputs[self.tokens_name].write(np.asarray(tokens, self.token_dtype).reshape(1, -1))
-        inputs[self.position_name].write(np.asarray([position], self.position_dtype))
-        logits = self.step_logits[key]
-        self.model.run_by_name(key, {**inputs, **self.caches}, {self.logits_name: logits, **self.caches})
+        positions = np.arange(position, position + len(tokens)) if self.per_token_position[key] else [position]
+        inputs[self.position_name].write(np.asarray(positions, self.position_dtype).reshape(inputs[
+            self.position_name].shape))
+        outputs = dict(self.caches)
+        logits = self.step_logits.get(key)
+        if logits is not None:
+            outputs[self.logits_name] = logits
+        self.model.run_by_name(key, {**inputs, **self.caches}, outputs)
+        if logits is None:
+            return None
         values = logits.read()
         return values.reshape(-1, values.shape[-1])
+
+
+def _prefill_signatures(signatures: dict, prefill: str) -> dict[int, str]:
+    """Token count -> prefill signature: ``prefill`` itself, or ``prefill_8``, ``prefill_32``, ..."""
+    import re
+
+    found = {}
+    for key in signatures:
+        match = re.fullmatch(re.escape(prefill) + r"(?:_(\d+))?", key)
+        if match:
+            found[int(match.group(1)) if match.group(1) else -1] = key
+    if -1 in found:  # one plain "prefill": its length is its tokens input's
+        return {-1: found[-1]}
+    return dict(sorted(found.items()))
 
 
 def generate(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, temperature: float = 0.0,
@@ -103,7 +142,28 @@ def generate(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, t
     ``temperature`` 0 is greedy (argmax, ties to the lowest id); above 0 samples from
     softmax(logits / temperature), restricted to the ``top_k`` largest when given, with a numpy
     generator seeded by ``seed``.  Generation stops early after a token in ``stop_tokens``
-    (included in the result).  ``model`` is a litegpu ``CompiledModel``.
+    (included in the result).  ``model`` is a litegpu ``CompiledModel``.  See ``generate_stream``
+    for the conventions understood (litert-torch's included).
+    """
+    return list(generate_stream(model, prompt_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
+                                seed=seed, stop_tokens=stop_tokens, pad_token=pad_token,
+                                prefill_signature=prefill_signature, decode_signature=decode_signature,
+                                tokens_input=tokens_input, position_input=position_input,
+                                logits_output=logits_output))
+
+
+def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, temperature: float = 0.0,
+                    top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
+                    pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
+                    tokens_input: str = "tokens", position_input: str = "input_pos",
+                    logits_output: str = "logits") -> Iterator[int]:
+    """``generate`` as an iterator: each new token as soon as it is picked.
+
+    Conventions, read from the signatures: one ``prefill`` signature, or several ``prefill_<T>`` ones (as
+    litert-torch writes them: the smallest that takes the rest of the prompt, longer prompts in chunks);
+    ``input_pos`` one position or one per token; prefill with logits, or without (litert-torch's default:
+    the prompt but its last token is prefilled, and the last token is decoded, as LiteRT-LM does).  The KV
+    cache stays on the device between steps.
     """
     prompt = [int(t) for t in np.asarray(list(prompt_tokens)).reshape(-1)]
     if not prompt:
@@ -125,36 +185,45 @@ def generate(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, t
             return int(np.argmax(logits))
         return _softmax_sample(logits, temperature, top_k, rng)
 
+    if max_new_tokens == 0:
+        return
     last = _prefill(loop, prompt, pad_token)
-    out: list[int] = []
-    position = len(prompt)
-    while len(out) < max_new_tokens:
+    produced, position = 0, len(prompt)
+    while True:
         token = pick(last)
-        out.append(token)
-        if token in stops or len(out) == max_new_tokens:
-            break
+        produced += 1
+        yield token
+        if token in stops or produced == max_new_tokens:
+            return
         last = loop.step(loop.decode, [token], position)[0]
         position += 1
-    return out
 
 
 def _prefill(loop: _Loop, prompt: list[int], pad_token: int) -> np.ndarray:
     """Feed the prompt; returns the logits after its last token."""
-    position, chunk = 0, loop.chunk
-    limit = loop.max_len if loop.max_len is not None else position + len(prompt) + chunk
+    limit = loop.max_len if loop.max_len is not None else len(prompt) + max(loop.prefills, default=0) + 1
+    # Without prefill logits the last prompt token is decoded: its logits are the first new token's.
+    body = prompt if loop.prefill_logits else prompt[:-1]
+    position = 0
     last: np.ndarray | None = None
-    while position < len(prompt):
-        part = prompt[position:position + chunk]
-        if position + chunk <= limit:
-            logits = loop.step(loop.prefill, part + [pad_token] * (chunk - len(part)), position)
-            last = logits[len(part) - 1]
+    while position < len(body):
+        key, length = loop.prefill_for(len(body) - position)
+        if length < 0:  # one plain prefill: its tokens input's length
+            length = int(loop.step_inputs[key][loop.tokens_name].shape[-1])
+        part = body[position:position + length]
+        if position + length <= limit:
+            logits = loop.step(key, part + [pad_token] * (length - len(part)), position)
+            if logits is not None:
+                last = logits[len(part) - 1]
             position += len(part)
         else:
             for token in part:
                 last = loop.step(loop.decode, [token], position)[0]
                 position += 1
+    if not loop.prefill_logits:
+        last = loop.step(loop.decode, [prompt[-1]], len(prompt) - 1)[0]
     assert last is not None
     return last
 
 
-__all__ = ["generate"]
+__all__ = ["generate", "generate_stream"]

@@ -1,0 +1,69 @@
+"""LLMs as litert-torch exports them (tiny SmolLM, random weights, bench/litert_torch_llm.py): every weight
+format matches the official builtin kernels, and litegpu.generate speaks the converter's convention (prefill_N
+signatures without logits, one input_pos per token) with the official greedy tokens."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import litegpu
+
+MODELS = Path(__file__).parent / "litert_torch"
+FORMATS = ["smollm_tiny_fp16", "smollm_tiny_dynamic_int8", "smollm_tiny_int4_block32"]
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+
+def official(name):
+    return litert.Interpreter(model_path=str(MODELS / f"{name}.tflite"),
+                              experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+
+
+def official_greedy(name, prompt, new_tokens):
+    """The reference loop with the official interpreter: prefill the prompt but its last token (padded to the
+    smallest prefill that takes it), then decode from the last prompt token, as LiteRT-LM does."""
+    interp = official(name)
+    decode = interp.get_signature_runner("decode")
+    kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k.startswith("kv")}
+    body = prompt[:-1]
+    if body:
+        length = 8 if len(body) <= 8 else 32
+        prefill = interp.get_signature_runner(f"prefill_{length}")
+        tokens = np.zeros((1, length), np.int32)
+        tokens[0, :len(body)] = body
+        kv = {k: v for k, v in prefill(tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv).items()
+              if k.startswith("kv")}
+    token, position, out = prompt[-1], len(prompt) - 1, []
+    for _ in range(new_tokens):
+        result = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv)
+        kv = {k: v for k, v in result.items() if k.startswith("kv")}
+        token = int(np.argmax(result["logits"].reshape(-1)))
+        out.append(token)
+        position += 1
+    return out
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_prefill_and_decode_match_the_official_kernels(name):
+    model = litegpu.CompiledModel.from_file(str(MODELS / f"{name}.tflite"))
+    interp = official(name)
+    rng = np.random.default_rng(0)
+    for key in ("prefill_8", "decode"):
+        details = model.get_input_tensor_details(key)
+        feed = {k: (rng.integers(0, 128, d["shape"]) if k == "tokens" else
+                    np.arange(int(np.prod(d["shape"]))).reshape(d["shape"]) if k == "input_pos" else
+                    rng.normal(size=d["shape"]) * 0.1).astype(d["dtype"]) for k, d in details.items()}
+        want = interp.get_signature_runner(key)(**feed)
+        got = model.run(feed, signature_key=key)
+        for k, w in want.items():
+            assert np.abs(got[k] - w).max() <= 1e-4 * np.abs(w).max(), (key, k)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("prompt_length", [1, 5, 20])
+def test_generate_gives_the_official_greedy_tokens(name, prompt_length):
+    prompt = [int(t) for t in np.random.default_rng(prompt_length).integers(1, 128, prompt_length)]
+    model = litegpu.CompiledModel.from_file(str(MODELS / f"{name}.tflite"))
+    got = litegpu.generate(model, prompt, 8)
+    assert got == official_greedy(name, prompt, 8)
+    assert list(litegpu.generate_stream(model, prompt, 8)) == got
