@@ -1,0 +1,106 @@
+"""Decode tokens/s and time to first token of a litert-torch LLM: litegpu against the official runtime.
+
+    python bench/bench_llm.py MODEL.tflite [--prompt 20] [--new 32] [--threads 2]
+
+Same greedy loop for every runtime (prefill the prompt but its last token with the smallest prefill_<T>,
+decode the last token, then one decode per new token; KV cache fed back): litegpu (``generate_stream``,
+cache on the device), the official interpreter with its builtin kernels and with XNNPACK (its default).
+Time to first token = from the prompt to the first new token; tokens/s over the decode steps after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin: bool):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin else OpResolverType.AUTO
+    interp = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
+    decode = interp.get_signature_runner("decode")
+    prefills = sorted(int(k.split("_")[1]) for k in interp.get_signature_list() if k.startswith("prefill_"))
+
+    def run() -> tuple[float, float, list[int]]:
+        start = time.perf_counter()
+        kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k.startswith("kv")}
+        body = prompt[:-1]
+        if body:
+            length = next((n for n in prefills if n >= len(body)), prefills[-1])
+            tokens = np.zeros((1, length), np.int32)
+            tokens[0, :len(body)] = body
+            out = interp.get_signature_runner(f"prefill_{length}")(
+                tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv)
+            kv = {k: v for k, v in out.items() if k.startswith("kv")}
+        token, position, tokens_out, first = prompt[-1], len(prompt) - 1, [], 0.0
+        for i in range(new):
+            out = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv)
+            kv = {k: v for k, v in out.items() if k.startswith("kv")}
+            token = int(np.argmax(out["logits"].reshape(-1)))
+            tokens_out.append(token)
+            position += 1
+            if i == 0:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        return first - start, (new - 1) / (end - first), tokens_out
+
+    return run
+
+
+def litegpu_loop(path: str, prompt: list[int], new: int, threads: int):
+    import litegpu
+
+    model = litegpu.CompiledModel.from_file(path, options=litegpu.Options(
+        litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=threads)))
+
+    def run() -> tuple[float, float, list[int]]:
+        start = time.perf_counter()
+        out, first = [], 0.0
+        for i, token in enumerate(litegpu.generate_stream(model, prompt, new)):
+            out.append(token)
+            if i == 0:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        return first - start, (new - 1) / (end - first), out
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--prompt", type=int, default=20)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    prompt = [int(t) for t in np.random.default_rng(0).integers(1, 100, args.prompt)]
+    runs = {"litegpu": litegpu_loop(args.model, prompt, args.new, args.threads),
+            "official builtin": official_loop(args.model, prompt, args.new, args.threads, True),
+            "official XNNPACK": official_loop(args.model, prompt, args.new, args.threads, False)}
+    results: dict[str, list] = {k: [] for k in runs}
+    errors: dict[str, str] = {}
+    for name, run in list(runs.items()):
+        try:
+            run()  # compile / warm up
+        except Exception as e:  # a runtime that cannot run the model is reported, not hidden
+            errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            del runs[name], results[name]
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            results[name].append(run())
+    print(f"| runtime | time to first token ms | decode tokens/s | greedy tokens equal litegpu's |\n|---|---:|---:|---|")
+    ours = results["litegpu"][0][2]
+    for name, values in results.items():
+        ttft = np.median([v[0] for v in values]) * 1e3
+        rate = np.median([v[1] for v in values])
+        print(f"| {name} | {ttft:.1f} | {rate:.0f} | {values[0][2] == ours} |")
+    for name, error in errors.items():
+        print(f"| {name} | cannot run: {error} | | |")
+
+
+if __name__ == "__main__":
+    main()
