@@ -13,6 +13,7 @@ from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, Inval
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
                       HardwareAccelerator, Interpreter, Model, OpResolverType, Options, SignatureRunner, TensorBuffer)
 from .runtime.generate import generate, generate_stream
+from .runtime.litertlm import LitertLmBundle
 
 from .ops.python_ops import register_custom_op, unregister_custom_op
 
@@ -23,5 +24,5 @@ __all__ = [
     "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
     "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
     "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
-    "WriteError", "errors", "generate", "generate_stream",
+    "WriteError", "errors", "generate", "generate_stream", "LitertLmBundle",
 ]
