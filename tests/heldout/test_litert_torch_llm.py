@@ -11,6 +11,8 @@ import litegpu
 
 MODELS = Path(__file__).parent / "litert_torch"
 FORMATS = ["smollm_tiny_fp16", "smollm_tiny_dynamic_int8", "smollm_tiny_int4_block32"]
+# dynamic int8, exported with ExportConfig(mask_as_input=True) / ExportConfig(kvcache_layout=KV_LAYOUT_TRANSPOSED)
+CONVENTIONS = ["smollm_tiny_mask_as_input", "smollm_tiny_transposed_kv"]
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
 
@@ -19,23 +21,37 @@ def official(name):
                               experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
 
 
+def causal_mask(rows, position, length=64):
+    allowed = np.arange(length)[None, :] <= (position + np.arange(rows))[:, None]
+    return np.where(allowed, 0, np.finfo(np.float32).min).astype(np.float32).reshape(1, 1, rows, length)
+
+
 def official_greedy(name, prompt, new_tokens):
-    """The reference loop with the official interpreter: prefill the prompt but its last token (padded to the
-    smallest prefill that takes it), then decode from the last prompt token, as LiteRT-LM does."""
+    """The reference loop with the official interpreter: prefill the prompt but its last token (chunks of the
+    smallest prefill that takes the rest, padded), then decode from the last prompt token, as LiteRT-LM does;
+    a causal mask is given where the model takes one."""
     interp = official(name)
+    signatures = interp.get_signature_list()
+    lengths = sorted(int(k.split("_")[1]) for k in signatures if k.startswith("prefill_"))
+    takes_mask = "mask" in signatures["decode"]["inputs"]
     decode = interp.get_signature_runner("decode")
     kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k.startswith("kv")}
-    body = prompt[:-1]
-    if body:
-        length = 8 if len(body) <= 8 else 32
-        prefill = interp.get_signature_runner(f"prefill_{length}")
+    body, position = prompt[:-1], 0
+    while position < len(body):
+        length = next((n for n in lengths if n >= len(body) - position), lengths[-1])
+        part = body[position:position + length]
         tokens = np.zeros((1, length), np.int32)
-        tokens[0, :len(body)] = body
-        kv = {k: v for k, v in prefill(tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv).items()
-              if k.startswith("kv")}
+        tokens[0, :len(part)] = part
+        mask = {"mask": causal_mask(length, position)} if takes_mask else {}
+        result = interp.get_signature_runner(f"prefill_{length}")(
+            tokens=tokens, input_pos=np.arange(position, position + length, dtype=np.int32), **kv, **mask)
+        kv = {k: v for k, v in result.items() if k.startswith("kv")}
+        position += len(part)
     token, position, out = prompt[-1], len(prompt) - 1, []
     for _ in range(new_tokens):
-        result = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv)
+        mask = {"mask": causal_mask(1, position)} if takes_mask else {}
+        result = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv,
+                        **mask)
         kv = {k: v for k, v in result.items() if k.startswith("kv")}
         token = int(np.argmax(result["logits"].reshape(-1)))
         out.append(token)
@@ -59,7 +75,7 @@ def test_prefill_and_decode_match_the_official_kernels(name):
             assert np.abs(got[k] - w).max() <= 1e-4 * np.abs(w).max(), (key, k)
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", FORMATS + CONVENTIONS)
 @pytest.mark.parametrize("prompt_length", [1, 5, 20])
 def test_generate_gives_the_official_greedy_tokens(name, prompt_length):
     prompt = [int(t) for t in np.random.default_rng(prompt_length).integers(1, 128, prompt_length)]

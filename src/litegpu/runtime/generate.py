@@ -57,6 +57,9 @@ class _Loop:
                                      f"outputs {signatures[key]['outputs']})")
         # litert-torch's prefill returns no logits (its default): the prompt's last token is then decoded
         self.prefill_logits = all(logits in signatures[k]["outputs"] for k in self.prefills.values())
+        # litert-torch's mask_as_input: a causal attention mask [1, 1, T, cache length] given with each step
+        self.mask_name = next((n for n in signatures[decode]["inputs"] if "mask" in n.lower()
+                               and n not in signatures[decode]["outputs"]), None)
         self.cache_names = self._cache_names(signatures)
         first = next(iter(self.prefills.values()))
         details = model.get_input_tensor_details(first)
@@ -65,8 +68,8 @@ class _Loop:
         # Buffers made once: the cache ones change from host zeros to device arrays after the first run.
         self.caches = {n: model.create_input_buffer_by_name(first, n) for n in self.cache_names}
         keys = [*self.prefills.values(), decode]
-        self.step_inputs = {key: {n: model.create_input_buffer_by_name(key, n) for n in (tokens, position)}
-                            for key in keys}
+        fed = (tokens, position) + ((self.mask_name,) if self.mask_name else ())
+        self.step_inputs = {key: {n: model.create_input_buffer_by_name(key, n) for n in fed} for key in keys}
         self.per_token_position = {key: int(np.prod(model.get_input_tensor_details(key)[position]["shape"])) > 1
                                    for key in keys}
         self.step_logits = {key: model.create_output_buffer_by_name(key, logits) for key in keys
@@ -76,8 +79,9 @@ class _Loop:
         names = []
         for key in [*self.prefills.values(), self.decode]:
             ins, outs = signatures[key]["inputs"], signatures[key]["outputs"]
-            state = [n for n in ins if n in outs and n not in (self.tokens_name, self.position_name)]
-            rest = [n for n in ins if n not in state and n not in (self.tokens_name, self.position_name)]
+            given = (self.tokens_name, self.position_name, self.mask_name)
+            state = [n for n in ins if n in outs and n not in given]
+            rest = [n for n in ins if n not in state and n not in given]
             if rest:
                 raise SignatureError(f"signature {key!r} has inputs {rest} that are neither the tokens, the position "
                                      "nor state returned under the same name")
@@ -88,10 +92,20 @@ class _Loop:
 
     @property
     def max_len(self) -> int | None:
-        """The cache length: axis 1 of the cache tensors ([1, max_len, ...] in the usual layouts)."""
+        """The cache length: the mask's last axis when there is a mask; else the sequence axis of the caches,
+        axis 1 in the default layout ([1, T, heads, dim], k and v alike) or axis 2 of the k cache in the
+        converter's transposed one (k [1, heads, T, dim], v [1, heads, dim, T])."""
+        if self.mask_name:
+            return int(self.step_inputs[self.decode][self.mask_name].shape[-1])
         if not self.caches:
             return None
-        return int(next(iter(self.caches.values())).shape[1])
+        ks = [b.shape for n, b in self.caches.items() if "_k_" in n or n.endswith("_k")]
+        vs = [b.shape for n, b in self.caches.items() if "_v_" in n or n.endswith("_v")]
+        shape = tuple(next(iter(self.caches.values())).shape)
+        if ks and vs and len(ks[0]) == 4 and (tuple(ks[0]) != tuple(vs[0]) or (
+                ks[0][2] == ks[0][3] and ks[0][1] < ks[0][2])):
+            return int(ks[0][2])
+        return int(shape[1])
 
     def prefill_for(self, remaining: int) -> tuple[str, int]:
         """(signature, length): the smallest prefill that takes ``remaining`` tokens, else the longest."""
@@ -107,6 +121,8 @@ class _Loop:
         positions = np.arange(position, position + len(tokens)) if self.per_token_position[key] else [position]
         inputs[self.position_name].write(np.asarray(positions, self.position_dtype).reshape(inputs[
             self.position_name].shape))
+        if self.mask_name:
+            inputs[self.mask_name].write(_causal_mask(inputs[self.mask_name], position))
         outputs = dict(self.caches)
         logits = self.step_logits.get(key)
         if logits is not None:
@@ -116,6 +132,14 @@ class _Loop:
             return None
         values = logits.read()
         return values.reshape(-1, values.shape[-1])
+
+
+def _causal_mask(buffer: Any, position: int) -> np.ndarray:
+    """Row i (the token at ``position + i``) may attend to cache rows 0 .. position + i."""
+    shape, dtype = tuple(buffer.shape), np.dtype(buffer.dtype)
+    rows, length = shape[-2], shape[-1]
+    allowed = np.arange(length)[None, :] <= (position + np.arange(rows))[:, None]
+    return np.where(allowed, 0, np.finfo(dtype).min).astype(dtype).reshape(shape)
 
 
 def _prefill_signatures(signatures: dict, prefill: str) -> dict[int, str]:
