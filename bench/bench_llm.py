@@ -5,6 +5,9 @@
 Same greedy loop for every runtime (prefill the prompt but its last token with the smallest prefill_<T>,
 decode the last token, then one decode per new token; KV cache fed back): litegpu (``generate_stream``,
 cache on the device), the official interpreter with its builtin kernels and with XNNPACK (its default).
+With ``--litertlm BUNDLE`` (the same model bundled by bench/litertlm_bundle.py; LiteRT-LM runs litert-torch's
+mask-as-input or transposed-KV exports) also LiteRT-LM (``litert-lm-api``), the official LLM runtime, through
+its own benchmark (same prompt length and new tokens; it reports its own TTFT and decode rate).
 Time to first token = from the prompt to the first new token; tokens/s over the decode steps after it.
 """
 
@@ -69,6 +72,21 @@ def litegpu_loop(path: str, prompt: list[int], new: int, threads: int):
     return run
 
 
+def litert_lm_loop(bundle: str, prompt: list[int], new: int, threads: int):
+    import litert_lm
+
+    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+
+    def run() -> tuple[float, float, list[int]]:
+        info = litert_lm.Benchmark(model_path=bundle, backend=litert_lm.interfaces.CPU(thread_count=threads),
+                                   prefill_tokens=len(prompt), decode_tokens=new).run()
+        if not info.last_decode_token_count:
+            raise RuntimeError("LiteRT-LM decoded nothing (see its log)")
+        return info.time_to_first_token_in_second, info.last_decode_tokens_per_second, []
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -76,11 +94,14 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--litertlm", help="the same model as a .litertlm bundle: also time LiteRT-LM")
     args = parser.parse_args()
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, 100, args.prompt)]
     runs = {"litegpu": litegpu_loop(args.model, prompt, args.new, args.threads),
             "official builtin": official_loop(args.model, prompt, args.new, args.threads, True),
             "official XNNPACK": official_loop(args.model, prompt, args.new, args.threads, False)}
+    if args.litertlm:
+        runs["LiteRT-LM (its benchmark)"] = litert_lm_loop(args.litertlm, prompt, args.new, args.threads)
     results: dict[str, list] = {k: [] for k in runs}
     errors: dict[str, str] = {}
     for name, run in list(runs.items()):
@@ -97,7 +118,8 @@ def main() -> None:
     for name, values in results.items():
         ttft = np.median([v[0] for v in values]) * 1e3
         rate = np.median([v[1] for v in values])
-        print(f"| {name} | {ttft:.1f} | {rate:.0f} | {values[0][2] == ours} |")
+        same = "n/a (token ids not exposed)" if not values[0][2] else values[0][2] == ours
+        print(f"| {name} | {ttft:.1f} | {rate:.0f} | {same} |")
     for name, error in errors.items():
         print(f"| {name} | cannot run: {error} | | |")
 

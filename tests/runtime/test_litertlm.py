@@ -56,3 +56,34 @@ def test_a_file_that_is_not_a_bundle_is_one_clear_line(tmp_path):
     assert done.returncode == 2 and "not a .litertlm file" in done.stderr
     with pytest.raises(litegpu.errors.ModelFormatError):
         LitertLmBundle.open(bad)
+
+
+@pytest.fixture(scope="module")
+def transposed_bundle(tmp_path_factory) -> Path:
+    """A bundle of the export LiteRT-LM itself runs: litert-torch's transposed KV-cache layout."""
+    out = tmp_path_factory.mktemp("bundle") / "transposed.litertlm"
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "litertlm_bundle.py"),
+                           str(BUNDLE.parent / "smollm_tiny_transposed_kv.tflite"), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_a_transposed_kv_bundle_knows_its_cache_length(transposed_bundle):
+    bundle = LitertLmBundle.open(transposed_bundle)
+    assert litegpu.runtime.generate.cache_length(bundle.compiled_model()) == 64
+    assert bundle.chat("what is litegpu", 10)  # the room left after the prompt comes from the T axis
+
+
+@pytest.mark.slow
+def test_chat_gives_the_text_litert_lm_gives(transposed_bundle):
+    """LiteRT-LM (litert-lm-api, the official LLM runtime) on the same bundle, greedy, prompt template applied."""
+    litert_lm = pytest.importorskip("litert_lm")
+    prompt = "what is litegpu"
+    with litert_lm.Engine(str(transposed_bundle), backend=litert_lm.interfaces.CPU(thread_count=1)) as engine:
+        session = engine.create_session(apply_prompt_template=True, max_output_tokens=12,
+                                        sampler_config=litert_lm.SamplerConfig(top_k=1))
+        session.run_prefill([prompt])
+        official = session.run_decode().texts[0]
+        session.close()
+    assert official and LitertLmBundle.open(transposed_bundle).chat(prompt, 12) == official

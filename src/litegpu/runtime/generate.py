@@ -92,20 +92,8 @@ class _Loop:
 
     @property
     def max_len(self) -> int | None:
-        """The cache length: the mask's last axis when there is a mask; else the sequence axis of the caches,
-        axis 1 in the default layout ([1, T, heads, dim], k and v alike) or axis 2 of the k cache in the
-        converter's transposed one (k [1, heads, T, dim], v [1, heads, dim, T])."""
-        if self.mask_name:
-            return int(self.step_inputs[self.decode][self.mask_name].shape[-1])
-        if not self.caches:
-            return None
-        ks = [b.shape for n, b in self.caches.items() if "_k_" in n or n.endswith("_k")]
-        vs = [b.shape for n, b in self.caches.items() if "_v_" in n or n.endswith("_v")]
-        shape = tuple(next(iter(self.caches.values())).shape)
-        if ks and vs and len(ks[0]) == 4 and (tuple(ks[0]) != tuple(vs[0]) or (
-                ks[0][2] == ks[0][3] and ks[0][1] < ks[0][2])):
-            return int(ks[0][2])
-        return int(shape[1])
+        return _cache_length({n: tuple(self.model.get_input_tensor_details(self.decode)[n]["shape"])
+                              for n in self.cache_names}, self.step_inputs[self.decode].get(self.mask_name))
 
     def prefill_for(self, remaining: int) -> tuple[str, int]:
         """(signature, length): the smallest prefill that takes ``remaining`` tokens, else the longest."""
@@ -132,6 +120,32 @@ class _Loop:
             return None
         values = logits.read()
         return values.reshape(-1, values.shape[-1])
+
+
+def cache_length(model: Any, decode_signature: str = "decode") -> int | None:
+    """How many positions the KV cache of a prefill/decode model holds (None: it has no cache)."""
+    details = model.get_input_tensor_details(decode_signature)
+    outputs = set(model.get_signature_list()[decode_signature]["outputs"])
+    mask = next((d for n, d in details.items() if "mask" in n.lower() and n not in outputs), None)
+    if mask is not None:
+        return int(mask["shape"][-1])
+    caches = {n: tuple(d["shape"]) for n, d in details.items() if n in outputs}  # state: in and out
+    return _cache_length(caches, None)
+
+
+def _cache_length(caches: dict[str, tuple], mask: Any) -> int | None:
+    """The mask's last axis when there is a mask; else the sequence axis of the caches, axis 1 in the
+    default layout ([1, T, heads, dim], k and v alike) or axis 2 of the k cache in the converter's
+    transposed one (k [1, heads, T, dim], v [1, heads, dim, T])."""
+    if mask is not None:
+        return int(mask.shape[-1])
+    if not caches:
+        return None
+    ks = [s for n, s in caches.items() if "_k_" in n or n.endswith("_k")]
+    vs = [s for n, s in caches.items() if "_v_" in n or n.endswith("_v")]
+    if ks and vs and len(ks[0]) == 4 and (ks[0] != vs[0] or (ks[0][2] == ks[0][3] and ks[0][1] < ks[0][2])):
+        return int(ks[0][2])
+    return int(next(iter(caches.values()))[1])
 
 
 def _causal_mask(buffer: Any, position: int) -> np.ndarray:

@@ -178,15 +178,14 @@ class LitertLmBundle:
     @staticmethod
     def _room(model: Any, prompt_length: int) -> int:
         """New tokens the KV cache leaves after the prompt."""
-        for key in model.get_signature_list():
-            for name, d in model.get_input_tensor_details(key).items():
-                if name.startswith("kv_cache") and len(d["shape"]) > 1:
-                    room = int(d["shape"][1]) - prompt_length + 1
-                    if room < 1:
-                        raise InvalidArgumentError(f"the prompt takes {prompt_length} tokens; the model's cache holds "
-                                                   f"{d['shape'][1]}")
-                    return room
-        return 1 << 30
+        from .generate import cache_length
+
+        length = cache_length(model)
+        if length is None:
+            return 1 << 30
+        if length - prompt_length + 1 < 1:
+            raise InvalidArgumentError(f"the prompt takes {prompt_length} tokens; the model's cache holds {length}")
+        return length - prompt_length + 1
 
     def close(self) -> None:
         if self._model is not None:
