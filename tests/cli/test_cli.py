@@ -325,3 +325,16 @@ def test_doctor_says_how_to_add_a_missing_engine(capsys, monkeypatch):
     assert not row["available"] and row["install"] == "pip install openvino"
     code, out, _ = run_cli(capsys, "doctor")
     assert "pip install openvino" in out
+
+
+def test_inspect_devices_estimates_the_weights_per_device_without_the_devices(capsys):
+    model = Path(__file__).resolve().parents[1] / "heldout" / "litert_torch" / "smollm_tiny_int4_block32.tflite"
+    code, out, _ = run_cli(capsys, "inspect", str(model), "--devices", "4", "--json")
+    assert code == 0
+    weights = json.loads(out)["weights"]
+    split = [w for w in weights["weights"] if w["axis"] is not None]
+    assert split and all(w["dtype"] == "int4" and w["axis"] == 0 for w in split)
+    quarter = weights["sharded_bytes"] / 4 + weights["replicated_bytes"]
+    assert quarter - len(split) <= weights["estimated_bytes_per_device"] <= quarter
+    code, out, _ = run_cli(capsys, "inspect", str(model), "--devices", "4")
+    assert "split on axis 0 (FULLY_CONNECTED weights [out, in]; packed int4, split by rows)" in out.replace("\n", " ")

@@ -369,7 +369,18 @@ class _XlaRunner(_PolicyRunner):
 class XlaState:
     """Device-resident weights and resource variables of one model on one device."""
 
-    def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32)):
+    def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32),
+                 devices: Sequence[Any] | None = None):
+        # With several devices the big matrix weights are split over them (see backends.sharding).
+        self.mesh = None
+        self.placements: dict[str, Any] = {}  # params key -> sharding.Placement (several devices only)
+        if devices is not None and len(devices) > 1:
+            from .sharding import check_devices, make_mesh, weight_axes
+
+            check_devices(devices)
+            self.mesh = make_mesh(devices)
+            self._axes = weight_axes(model, len(devices))
+            device = devices[0]
         self.device = device
         self.storage = np.dtype(storage)
         self.param_key: dict[tuple[int, int], str] = {}  # (subgraph, tensor) -> params key
@@ -385,7 +396,8 @@ class XlaState:
         buffer of the memory map becomes the device array without a copy."""
         jax = jax_module()
         params: dict[str, Any] = {}
-        quantized_params = _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
+        # split over several devices, quantized weights must be parameters too: constants are in every copy
+        quantized_params = self.mesh is not None or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
         for sg in model.subgraphs:
             for t in sg.tensors:
                 if not _is_param(t, quantized_params):
@@ -398,8 +410,34 @@ class XlaState:
                     value = source
                     if t.dtype == "float32" and self.storage != np.float32:
                         value = value.astype(self.storage)
-                    params[key] = _placed_weight(jax, source, value, self.device)
+                    if self.mesh is None:
+                        params[key] = _placed_weight(jax, source, value, self.device)
+                    else:
+                        params[key] = self._sharded(key, sg, t, value)
         return params
+
+    def _sharded(self, key: str, sg: Subgraph, t: Tensor, value: np.ndarray) -> Any:
+        """``value`` over the mesh: split along its tensor's output axis, or a copy on each device."""
+        from .sharding import named_sharding, placement_for
+
+        placement = placement_for(t, value.nbytes, self._axes, (sg.index, t.index), len(self.mesh.devices.flat))
+        self.placements[key] = placement
+        return jax_module().device_put(value, named_sharding(self.mesh, value.ndim, placement.axis))
+
+    def placement_report(self) -> Any:
+        """How the weights sit on the devices (one device: every weight whole on it), measured."""
+        from .sharding import Placement, PlacementReport
+
+        devices = 1 if self.mesh is None else len(self.mesh.devices.flat)
+        weights = [self.placements.get(key) or Placement(key, tuple(np.shape(v)), str(v.dtype), int(v.nbytes), None,
+                                                         "one device" if devices == 1 else "folded at load")
+                   for key, v in self.params.items()]
+        measured: dict[Any, int] = {}
+        for v in self.params.values():
+            for shard in getattr(v, "addressable_shards", ()):
+                measured[shard.device] = measured.get(shard.device, 0) + int(shard.data.nbytes)
+        order = list(self.mesh.devices.flat) if self.mesh is not None else [self.device]
+        return PlacementReport(devices, weights, [measured.get(d, 0) for d in order])
 
     def _fold_constant_ops(self, model: Model) -> None:
         """Run, once and with the reference kernels, ops whose inputs are all constants and whose
@@ -440,7 +478,8 @@ class XlaState:
                     value = np.asarray(known[t.index])
                     if t.dtype == "float32" and self.storage != np.float32:
                         value = value.astype(self.storage)
-                    self.params[key] = jax.device_put(value, self.device)
+                    self.params[key] = (jax.device_put(value, self.device) if self.mesh is None
+                                        else self._sharded(key, sg, t, value))
                     self._take_folded(sg, t, key, fold_keys, known)
 
     def _take_folded(self, sg: Subgraph, t: Tensor, key: str, fold_keys: dict[int, str], known: dict) -> None:
@@ -477,6 +516,7 @@ class XlaState:
             still_read.update(self.param_key[(sg.index, t)] for t in read if (sg.index, t) in self.param_key)
         for key in [k for k in self.params if k not in still_read]:
             del self.params[key]
+            self.placements.pop(key, None)
         self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
 
 
@@ -564,8 +604,14 @@ class XlaBackend:
         # Every argument placed on the device: without shardings, jit compiles again when a run's
         # inputs are committed device arrays (the previous run's outputs: a KV cache) where the first
         # run's were host arrays (measured: a 3 GB decoder compiled its prefill twice, 13 s each).
-        on_device = self.jax.sharding.SingleDeviceSharding(self.device)
-        self._program = self.jax.jit(self._trace, in_shardings=on_device, out_shardings=on_device)
+        if self.state.mesh is None:
+            on_device = self.jax.sharding.SingleDeviceSharding(self.device)
+            self._program = self.jax.jit(self._trace, in_shardings=on_device, out_shardings=on_device)
+        else:  # weights split over several devices: XLA propagates their shardings through the program
+            from .sharding import cache_axes
+
+            self._cache_in, self._cache_out = cache_axes(model, subgraph_index, len(self.state.mesh.devices.flat))
+            self._program = self.jax.jit(self._trace)
         # With a compile cache, compiled executables are serialized to disk and a later process
         # loads them instead of tracing and compiling (see litegpu.compile.cache).
         self.cache = cache
@@ -610,17 +656,31 @@ class XlaBackend:
         edge_in, edge_out = (sg.inputs, sg.outputs) if self.op_range is None else (
             self.op_range.inputs, self.op_range.outputs)
         inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
+        if self.state.mesh is not None:
+            inputs = [self._by_head(x, self._cache_in.get(t)) for x, t in zip(inputs, edge_in)]
         if self.op_range is None:
             outputs = runner.run_subgraph(self.subgraph_index, inputs)
         else:
             outputs = runner.run_ops(self.op_range, inputs)
         outputs = [self._to_boundary(y, sg.tensors[t]) for y, t in zip(outputs, edge_out)]
+        if self.state.mesh is not None:
+            outputs = [self._by_head(y, self._cache_out.get(t)) for y, t in zip(outputs, edge_out)]
         return outputs, runner.variables
+
+    def _by_head(self, x: Any, axis: int | None) -> Any:
+        """A KV cache kept split by head over the devices (the attention of a head stays on its device)."""
+        if axis is None:
+            return x
+        from .sharding import named_sharding
+
+        return self.jax.lax.with_sharding_constraint(x, named_sharding(self.state.mesh, x.ndim, axis))
 
     def _place(self, inputs: Sequence[Any]) -> list[Any]:
         """Host arrays go to the program as they are: jit copies them to the device in one C++
         call, which is much cheaper per run than a ``device_put`` per input.  Device arrays on
         another device (a GPU output fed to a CPU program, say) are moved explicitly."""
+        if self.state.mesh is not None:
+            return self._place_on_mesh(inputs)
         placed = []
         for x in inputs:
             if is_device_array(x):
@@ -628,6 +688,17 @@ class XlaBackend:
             else:
                 placed.append(np.asarray(x))
         return placed
+
+    def _place_on_mesh(self, inputs: Sequence[Any]) -> list[Any]:
+        """Device arrays already over the model's devices (the previous step's KV cache) stay where they
+        are; others are copied to every device (one program's committed arguments share one device set)."""
+        from .sharding import named_sharding
+
+        mesh = set(self.state.mesh.devices.flat)
+        replicated = [None if not is_device_array(x) or x.devices() == mesh
+                      else named_sharding(self.state.mesh, x.ndim, None) for x in inputs]
+        return [np.asarray(x) if not is_device_array(x) else x if where is None else self.jax.device_put(x, where)
+                for x, where in zip(inputs, replicated)]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous)."""
@@ -652,6 +723,7 @@ class XlaBackend:
         variables = sorted((repr(k), tuple(np.shape(v)), str(v.dtype)) for k, v in self.variables.items())
         return make_key({**self.cache_key, "subgraph": self.subgraph_index, "platform": self.platform,
                          "device_kind": getattr(self.device, "device_kind", self.platform),
+                         **({"devices": len(self.state.mesh.devices.flat)} if self.state.mesh is not None else {}),
                          "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
                          "inputs": layout(args), "variables": variables,
                          "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),

@@ -132,14 +132,50 @@ class _Progress:
 KERNEL_MODES = ("fast", "builtin", "reference")
 
 
-def _options(accelerator: str, precision: str, threads: int, cache_dir: str, kernel_mode: str = "fast") -> Any:
+def _options(accelerator: str, precision: str, threads: int, cache_dir: str, kernel_mode: str = "fast",
+             devices: Any = None) -> Any:
     import litegpu
 
     mode = {"fast": None, "builtin": litegpu.CpuKernelMode.BUILTIN,
             "reference": litegpu.CpuKernelMode.REFERENCE}[kernel_mode]
     return litegpu.Options(_accelerator(accelerator),
                            cpu_options=litegpu.CpuOptions(num_threads=threads, kernel_mode=mode),
-                           gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir)
+                           gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir,
+                           devices=devices)
+
+
+def parse_devices(text: str | None) -> Any:
+    """``--devices``: "all", a count, or comma-separated device indices."""
+    if text is None:
+        return None
+    if text == "all":
+        return "all"
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise InvalidArgumentError(f"--devices {text!r}: use 'all', a count or comma-separated indices") from None
+    return values[0] if len(values) == 1 and "," not in text else values
+
+
+def per_device_memory(model: Any) -> list[dict[str, Any]] | None:
+    """With weights split over several devices: each device's weight bytes (measured from the arrays) and,
+    where JAX reports them (GPUs), its allocator's bytes in use and peak."""
+    if model.options.devices is None:
+        return None
+    report = model.weight_placement()
+    devices = list(model._state.mesh.devices.flat) if getattr(model._state, "mesh", None) is not None else []
+    rows = []
+    for i, weight_bytes in enumerate(report.measured_bytes_per_device or []):
+        row: dict[str, Any] = {"device": str(devices[i]) if i < len(devices) else str(i), "weight_bytes": weight_bytes}
+        try:
+            stats = devices[i].memory_stats() if i < len(devices) else None
+        except Exception:  # noqa: BLE001  (no allocator statistics on this device kind)
+            stats = None
+        for key in ("bytes_in_use", "peak_bytes_in_use"):
+            if stats and key in stats:
+                row[key] = int(stats[key])
+        rows.append(row)
+    return rows
 
 
 def _signature_key(model: Any, path: Path, signature: str | None) -> str:
@@ -232,7 +268,7 @@ def _machine() -> dict[str, Any]:
 def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", signature: str | None = None,
               runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP, threads: int = 0,
               cache_dir: str | None = None, profile: bool = False, progress: bool = False,
-              kernel_mode: str = "fast") -> dict[str, Any]:
+              kernel_mode: str = "fast", devices: Any = None) -> dict[str, Any]:
     """Every number ``litegpu bench`` reports, as a JSON-ready dict (times in ms, memory in bytes)."""
     if kernel_mode not in KERNEL_MODES:
         raise InvalidArgumentError(f"--kernel-mode {kernel_mode!r}: expected one of {', '.join(KERNEL_MODES)}")
@@ -248,7 +284,7 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         cache_was_empty = not any(Path(directory).iterdir())
-        options = _options(accelerator, precision, threads, directory, kernel_mode)
+        options = _options(accelerator, precision, threads, directory, kernel_mode, devices)
         peak_reset = reset_peak_rss()
         baseline = host_memory()["rss_bytes"]
         with bar.phase("cold start (load, trace, compile, first run)", 1) as step:
@@ -280,7 +316,7 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
             "first_run_ms": cold["first_run_ms"],
             "latency_ms": latency_stats(times), "warmup": warmup,
             "memory": {**host_memory(), "baseline_rss_bytes": baseline, "peak_reset": peak_reset,
-                       "device": device_memory(session.model)},
+                       "device": device_memory(session.model), "per_device": per_device_memory(session.model)},
             "delegation": delegation(session.model),
             "versions": _versions(), "host": _machine(),
         }
@@ -513,6 +549,11 @@ def render(result: dict[str, Any]) -> None:
     table.add_row("device memory", human_bytes(device["peak_bytes_in_use"]) if device and
                   "peak_bytes_in_use" in device else "-",
                   "peak in use (JAX allocator)" if device else "not reported by this device")
+    for row in mem.get("per_device") or []:
+        in_use = f"; in use {human_bytes(row['bytes_in_use'])}, peak {human_bytes(row['peak_bytes_in_use'])}" if (
+            "peak_bytes_in_use" in row) else ""
+        table.add_row(f"weights on {row['device']}", human_bytes(row["weight_bytes"]),
+                      f"split over {len(mem['per_device'])} devices (measured){in_use}")
     table.add_row("inputs", "", f"{shapes} (random, seed {result['input_seed']})")
     host = result["host"]
     table.add_row("host", "", f"{host['machine']}, {host['cpus']} CPUs, load {host['load_average_1m']}; "
@@ -556,7 +597,8 @@ def run(args: Any) -> int:
         raise InvalidArgumentError(f"{args.file}: no such file")
     result = benchmark(args.file, accelerator=args.accelerator, precision=args.precision, signature=args.signature,
                        runs=args.runs, warmup=args.warmup, threads=args.threads, cache_dir=args.cache_dir,
-                       profile=args.profile, progress=sys.stderr.isatty(), kernel_mode=args.kernel_mode)
+                       profile=args.profile, progress=sys.stderr.isatty(), kernel_mode=args.kernel_mode,
+                       devices=parse_devices(args.devices))
     if args.json is not None:
         text = json.dumps(result, indent=1, allow_nan=False, default=str)
         if str(args.json) == "-":
@@ -585,6 +627,8 @@ def add_parser(sub: Any) -> None:
                         "kernels on XLA) or reference (numpy)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write every number to OUT as JSON ('-': stdout only)")
     p.add_argument("--profile", action="store_true", help="also time each op (see the note printed with it)")
+    p.add_argument("--devices", metavar="all|N|I,J,...",
+                   help="split the weights over several devices of the accelerator and report each one's memory")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="compile cache directory to use and keep (default: a temporary one, removed after)")
     p.set_defaults(handler=run)

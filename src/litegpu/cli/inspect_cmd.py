@@ -294,8 +294,24 @@ def render_mobile_gpu(info: dict) -> None:
         out.print(table)
 
 
+def weight_placement(model: Model, devices: int) -> dict:
+    """How the weights would be split over ``devices`` devices (``Options(devices=...)``), estimated from the
+    model alone."""
+    from ..backends.sharding import estimate
+
+    if devices < 1:
+        from ..errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"--devices {devices}: at least 1")
+    report = estimate(model, devices)
+    return {"devices": devices, "sharded_bytes": report.sharded_bytes, "replicated_bytes": report.replicated_bytes,
+            "estimated_bytes_per_device": report.estimated_bytes_per_device, "text": report.describe(),
+            "weights": [{"name": w.name, "shape": list(w.shape), "dtype": w.dtype, "bytes": w.nbytes,
+                         "axis": w.axis, "why": w.reason} for w in report.weights]}
+
+
 def run(args: Any) -> int:
-    reports = bool(args.accelerator or args.mobile_gpu)
+    reports = bool(args.accelerator or args.mobile_gpu or args.devices)
     if reports:
         model = model_from_raw(decode_model(args.file))
         info: dict = {"file": str(args.file)}
@@ -303,6 +319,8 @@ def run(args: Any) -> int:
             info["plan"] = plan_summary(model, accelerator_flags(args.accelerator), args.kernel_mode)
         if args.mobile_gpu:
             info["mobile_gpu"] = mobile_gpu_summary(model)
+        if args.devices:
+            info["weights"] = weight_placement(model, args.devices)
     else:
         info = summarize(args.file)
     if args.json:
@@ -313,6 +331,8 @@ def run(args: Any) -> int:
             render_plan(info)
         if "mobile_gpu" in info:
             render_mobile_gpu(info)
+        if "weights" in info:
+            console().print(info["weights"]["text"], markup=False, highlight=False, soft_wrap=True)
     else:
         render(info)
     return 0
@@ -328,6 +348,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kernel-mode", choices=("fast", "builtin", "reference"), default="fast",
                    help="CPU kernels for the plan: fast (OpenVINO where it converts the ops, XLA for the rest; the "
                         "default), builtin (the exact TFLite kernels on XLA) or reference (numpy)")
+    p.add_argument("--devices", type=int, metavar="N",
+                   help="print how the weights would be split over N devices (Options(devices=N)): each weight's "
+                        "axis or why it is replicated, and the estimated bytes per device (no device needed)")
     p.add_argument("--mobile-gpu", action="store_true",
                    help="print which ops the LiteRT mobile GPU delegate would not take (op list, versions, types)")
     p.set_defaults(handler=run)

@@ -117,6 +117,7 @@ class CompiledModel:
         self._fell_back = False
         self._cache, self._cache_key = self._open_compile_cache()
         self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
+        self._devices = self._sharding_devices()
         if self._platform == "gpu" and self._cache is not None:
             # the float view and the integer kernels are different programs
             self._cache_key["quantized_execution"] = self._options.gpu_options.quantized_execution
@@ -163,13 +164,65 @@ class CompiledModel:
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
         self._cpu_engines = self._engines()
-        chosen = plan(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._options.cpu_options.kernels,
+        chosen = plan(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._cpu_kernels(wanted),
                       engines=self._cpu_engines)
         if reasons:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
             warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU{notes}", stacklevel=4)
         return ("gpu" if chosen.target is Target.XLA_GPU else "cpu"), chosen
+
+    def _cpu_kernels(self, wanted: int) -> str:
+        """The CPU kernel mode; weights split over several CPU devices take XLA's kernels (OpenVINO runs
+        on one device)."""
+        kernels = self._options.cpu_options.kernels
+        if self._options.devices is not None and not wanted & GPU and kernels == "fast":
+            return "builtin"
+        return kernels
+
+    def _sharding_devices(self) -> list[Any] | None:
+        """The devices the weights are split over (Options.devices), or None for one device."""
+        if self._options.devices is None:
+            return self._devices_for_big_weights()
+        from .batched import resolve_devices
+
+        devices = resolve_devices(self._options.devices, self._platform)
+        if devices is not None and len(devices) > 1 and self._plan.target is Target.OPENVINO:
+            raise InvalidArgumentError(f"{self._ir.source}: devices={self._options.devices!r}: OpenVINO runs on one "
+                                       "CPU; use CpuOptions(kernel_mode=CpuKernelMode.BUILTIN) to split the weights "
+                                       "over several devices with XLA")
+        return devices if devices is not None and len(devices) > 1 else None
+
+    def _devices_for_big_weights(self) -> list[Any] | None:
+        """Weights bigger than one GPU: split over all the GPUs, with a warning saying so."""
+        if self._platform != "gpu":
+            return None
+        from ..backends.sharding import devices_for_weights, estimate
+        from ..backends.xla import jax_module
+
+        try:
+            gpus = jax_module().devices("gpu")
+        except RuntimeError:  # an environment that stands a CPU device in for the GPU (tests)
+            return None
+        if len(gpus) < 2:
+            return None
+        weights = estimate(self._ir, 1).replicated_bytes
+        devices = devices_for_weights(weights, gpus)
+        if devices is not None:
+            warnings.warn(f"{self._ir.source}: its weights ({weights / 2**30:.1f} GiB) do not fit one GPU: they are "
+                          f"split over {len(devices)} GPUs (Options(devices=...) chooses)", stacklevel=4)
+        return devices
+
+    def weight_placement(self) -> Any:
+        """How the weights sit on the devices (``backends.sharding.PlacementReport``): what is split along
+        which axis, what is replicated, the estimated and the measured bytes per device."""
+        with self._lock:
+            self._check_open()
+            self._backend(self._signatures[0])  # creates the weights on the devices
+            state = self._state
+            if hasattr(state, "state"):  # a split plan: the accelerator's weights
+                state = state.state(self._platform)
+            return state.placement_report()
 
     # ---- properties -------------------------------------------------------------------------
     @property
@@ -426,7 +479,7 @@ class CompiledModel:
         model = self._xla_model
         if self._state is None:
             self._state = XlaState(model, self._environment.device(self._platform),
-                                   XlaBackend.storage_dtype(precision))
+                                   XlaBackend.storage_dtype(precision), devices=self._devices)
         return XlaBackend(model, subgraph, self._platform, precision=precision, state=self._state,
                           cache=self._cache, cache_key=self._cache_key)
 
@@ -452,7 +505,8 @@ class CompiledModel:
             self._state = PartitionedModel(self._xla_ir, self._plan, precision=self._options.precision,
                                            device=self._environment.device, cache=self._cache,
                                            cache_key=self._cache_key, engine_settings=self._engine_settings(),
-                                           engines=self._cpu_engines)
+                                           engines=self._cpu_engines,
+                                           devices={self._platform: self._devices} if self._devices else None)
         return self._state
 
     def reset_all_variables(self) -> None:

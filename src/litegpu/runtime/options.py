@@ -129,7 +129,8 @@ class Options:
 
     def __init__(self, hardware_accelerators: HardwareAccelerator | int = HardwareAccelerator.CPU,
                  cpu_options: CpuOptions | None = None, gpu_options: GpuOptions | None = None,
-                 serialization_dir: str | None = None, model_token: str | None = None, **vendor_options: Any):
+                 serialization_dir: str | None = None, model_token: str | None = None, devices: Any = None,
+                 **vendor_options: Any):
         flags = int(hardware_accelerators)
         if flags <= 0 or flags & ~7:
             raise InvalidArgumentError(f"hardware_accelerators must combine CPU=1, GPU=2, NPU=4; got {flags!r}")
@@ -138,6 +139,12 @@ class Options:
         self._gpu_options = gpu_options
         self.serialization_dir = serialization_dir
         self.model_token = check_model_token(model_token)
+        # litegpu's: several devices of the accelerator ("all", a count, indices or JAX devices); the big
+        # matrix weights are split over them and the KV cache by head (litegpu.backends.sharding)
+        if devices is not None and not isinstance(devices, (str, int, list, tuple)):
+            raise InvalidArgumentError(f"devices must be 'all', a count, or a list of device indices or JAX "
+                                       f"devices, not {type(devices).__name__}")
+        self.devices = devices
         # qualcomm_options / intel_openvino_options of the official package: accepted, unused (no NPU here)
         self.vendor_options = vendor_options
 
@@ -172,7 +179,8 @@ class Options:
     def __repr__(self) -> str:
         return (f"Options(hardware_accelerators={self.hardware_accelerators!r}, cpu_options={self._cpu_options!r}, "
                 f"gpu_options={self._gpu_options!r}, serialization_dir={self.serialization_dir!r}, "
-                f"model_token={self.model_token!r})")
+                f"model_token={self.model_token!r}" + (f", devices={self.devices!r})" if self.devices is not None
+                                                         else ")"))
 
 
 def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator | int | None) -> Options:

@@ -97,7 +97,8 @@ class PartitionedModel:
 
     def __init__(self, model: ir.Model, plan: DelegationPlan, *, platforms: Mapping[int, str] | None = None,
                  precision: Any = None, device: Callable[[str], Any] | None = None, cache: Any = None,
-                 cache_key: dict | None = None, engine_settings: Any = None, engines: dict | None = None):
+                 cache_key: dict | None = None, engine_settings: Any = None, engines: dict | None = None,
+                 devices: Mapping[str, Any] | None = None):
         from ..backends.engine import EngineSettings
 
         self.model, self.plan = model, plan
@@ -109,6 +110,8 @@ class PartitionedModel:
         self._device = device
         self.cache, self.cache_key = cache, dict(cache_key or {})
         self._states: dict[str, Any] = {}
+        # platform -> the devices its weights are split over (the accelerator's; CPU partitions stay on the host)
+        self._devices = dict(devices or {})
         self._reference: Any = None
         self._signatures: dict[int, PartitionedSignature] = {}
 
@@ -118,7 +121,8 @@ class PartitionedModel:
             from ..backends.xla import XlaBackend, XlaState, device_for
 
             device = (self._device or device_for)(platform)
-            self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision))
+            self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
+                                              devices=self._devices.get(platform))
         return self._states[platform]
 
     @property
