@@ -384,3 +384,25 @@ def test_blockwise_fc_refuses_what_the_official_kernel_does_not_compute(kwargs, 
     model = blockwise_model(in_shape, **kwargs)
     with pytest.raises(UnsupportedOpError, match=match):
         ReferenceBackend(model).run([random_input(in_shape, seed=27)])
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_hybrid_fc_deep_enough_to_need_float32_spans_stays_exact(asymmetric):
+    """4096 weights of +-127 per unit: one float32 GEMM could round (sums past 2^24), so the XLA lowering
+    splits the depth into spans that are each exact (ops.matmul.float32_exact_depth_spans)."""
+    from litegpu.ops.matmul import float32_exact_depth_spans
+
+    model = hybrid_fc_model((2, 4096), 8, asymmetric, per_channel=True)
+    w = model.subgraphs[0].tensors[1]
+    w.data[...] = np.where(np.random.default_rng(0).random(w.shape) < 0.5, -127, 127)
+    spans = float32_exact_depth_spans(w, 128)
+    assert spans is not None and len(spans) >= 4
+    assert all(np.abs(w.data[:, a:b].astype(np.int64)).sum(axis=1).max() * 128 < 2 ** 24 for a, b in spans)
+    hybrid_check(model, [random_input((2, 4096), seed=8)])
+
+
+def test_float32_spans_refuse_weights_that_no_split_makes_exact():
+    from litegpu.ops.matmul import _exact_spans
+
+    assert _exact_spans(np.full((2, 70000), 127, np.int8), 128) is None  # 16 spans of 4375 still pass 2^24
+    assert _exact_spans(np.ones((2, 100), np.int8), 128) == [(0, 100)]

@@ -174,6 +174,58 @@ def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
         preferred_element_type=acc)).astype(xp.int64)
 
 
+# Integers up to 2^24 are exact in float32: a dot of 8-bit values whose every partial sum stays below
+# that gives the exact integer whatever the summation order, so it can run as a float32 GEMM.
+FLOAT32_EXACT_INTEGERS = 1 << 24
+_FLOAT_EXACT_SPANS: dict[tuple, list[tuple[int, int]] | None] = {}
+
+
+def float32_exact_depth_spans(t: Any, input_bound: int) -> list[tuple[int, int]] | None:
+    """Spans of the depth axis of the constant 8-bit weights ``t`` [units, depth] such that rows of
+    |value| <= ``input_bound`` times each span keep every partial sum below 2^24 (checked on the weights'
+    own values: the sum of |w| per unit and span); None when ``t`` is not such a constant."""
+    if t is None or t.raw is None or t.raw.size == 0 or t.dtype not in ("int8", "uint8") or len(t.shape) != 2:
+        return None
+    key = (id(t), t.raw.ctypes.data, tuple(t.shape), input_bound)
+    if key not in _FLOAT_EXACT_SPANS:
+        _FLOAT_EXACT_SPANS[key] = _exact_spans(np.asarray(t.data), input_bound)
+    return _FLOAT_EXACT_SPANS[key]
+
+
+def _exact_spans(data: np.ndarray, input_bound: int) -> list[tuple[int, int]] | None:
+    depth = data.shape[1]
+    limit = (FLOAT32_EXACT_INTEGERS - 1) // input_bound  # the largest sum of |w| a span may have
+    for pieces in (1, 2, 3, 4, 6, 8, 12, 16):
+        step = -(-depth // pieces)
+        spans = [(k, min(k + step, depth)) for k in range(0, depth, step)]
+        if all(_largest_abs_sum(data, k0, k1) <= limit for k0, k1 in spans):
+            return spans
+    return None
+
+
+def _largest_abs_sum(data: np.ndarray, k0: int, k1: int) -> int:
+    worst = 0
+    for start in range(0, data.shape[0], 4096):  # in row blocks: a multi-GB weight is not widened whole
+        block = np.abs(data[start:start + 4096, k0:k1].astype(np.int32)).sum(axis=1, dtype=np.int64)
+        worst = max(worst, int(block.max(initial=0)))
+    return worst
+
+
+def _integer_fc_in_float32(xp: Any, ctx: OpContext, a: Any, w: Any, depth_spans: list[tuple[int, int]]) -> Any:
+    """a [rows, depth] @ w.T for weights w [units, depth], exact (``float32_exact_depth_spans``): one float32
+    GEMM per depth span (contracting w's own last axis: no transposed copy), summed as int64.  On XLA CPU
+    the int32 route widened the weights to int64 and int32 and transposed a copy every run."""
+    a = computed_once(xp, ctx.lax, a).astype(xp.float32)
+    spans = _unit_spans(w, 4, axis=0)
+    total = None
+    for k0, k1 in depth_spans:
+        part = _chained_products(xp, ctx.lax, spans, lambda start, stop, after: xp.matmul(
+            a[..., k0:k1], tie_to(xp, ctx.lax, w[start:stop, k0:k1], after).astype(xp.float32).T,
+            preferred_element_type=xp.float32)).astype(xp.int64)
+        total = part if total is None else total + part
+    return total
+
+
 def _zero_point(t: Any) -> int:
     return int(t.quantization.zero_point[0]) if t.quantization.zero_point else 0
 
@@ -211,9 +263,14 @@ def _hybrid_scale(row_scale: Any, w_t: Any, channels: int) -> Any:
 
 
 def _hybrid_product(xp: Any, ctx: OpContext, quantized: Any, row_scale: Any, row_zp: Any, w: Any,
-                    w_t: Any, weight_sums: Any = None) -> Any:
-    """float32 result of quantized rows [..., R, D] times integer weights [..., D, U]."""
-    acc = _integer_dot(xp, ctx, quantized, w.astype(xp.int64), False)
+                    w_t: Any, weight_sums: Any = None, depth_spans: list[tuple[int, int]] | None = None) -> Any:
+    """float32 result of quantized rows [..., R, D] times integer weights [..., D, U] (or, with
+    ``depth_spans``, FC weights [U, D] multiplied exactly in float32: ``_integer_fc_in_float32``)."""
+    if depth_spans is not None:
+        acc = _integer_fc_in_float32(xp, ctx, quantized, w, depth_spans)
+        w = w.T  # [D, U] for the weight sums below
+    else:
+        acc = _integer_dot(xp, ctx, quantized, w.astype(xp.int64), False)
     if ctx.options.get("asymmetric_quantize_inputs", False):
         if weight_sums is None:
             weight_sums = w.astype(xp.int64).sum(axis=-2, keepdims=True)
@@ -225,6 +282,10 @@ def _hybrid_product(xp: Any, ctx: OpContext, quantized: Any, row_scale: Any, row
 def _hybrid_fc(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     w_t = ctx.input(1)
     quantized, row_scale, row_zp = q.quantize_rows(xp, x, ctx.options.get("asymmetric_quantize_inputs", False))
+    # quantized rows are within [-128, 127]; FC weights are [units, depth]
+    spans = float32_exact_depth_spans(w_t, 128) if xp is not np and w.ndim == 2 else None
+    if spans is not None:
+        return _hybrid_product(xp, ctx, quantized, row_scale, row_zp, w, w_t, depth_spans=spans)
     return _hybrid_product(xp, ctx, quantized, row_scale, row_zp, w.T, w_t)
 
 
