@@ -221,10 +221,6 @@ class _PolicyRunner(GraphRunner):
         return value
 
 
-# Ops that read the weights split over devices (backends.sharding): their outputs are gathered whole.
-_SPLIT_WEIGHT_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "EMBEDDING_LOOKUP", "GATHER")
-
-
 class _Deferred:
     """The output of an op that reads only weights: traced where an op consumes it (see _XlaRunner)."""
 
@@ -307,20 +303,6 @@ class _XlaRunner(_PolicyRunner):
             super()._run_op(sg, op_index, values)
         finally:
             self._zero, self._tie_all, self._memo = saved
-        if self.state.mesh is not None and op.opcode_name in _SPLIT_WEIGHT_OPS:
-            self._gather_outputs(op, values)
-
-    def _gather_outputs(self, op: Operator, values: dict) -> None:
-        """Under split weights, the output of a matrix op is gathered whole on every device: the ops after
-        it (norms, softmax, the row quantization of hybrid ops) then compute on whole rows in one device's
-        order.  Left split, a norm's sum ran in parts and a hybrid op's rounding could flip on the 1e-7
-        difference (measured: an 8-layer int8 decoder's logits 4.5e-3 from one device's, first token off)."""
-        from .sharding import named_sharding
-
-        for t in op.outputs:
-            value = values.get(t) if t >= 0 else None
-            if value is not None and not isinstance(value, (np.ndarray, _Deferred)) and hasattr(value, "ndim"):
-                values[t] = self._lax.with_sharding_constraint(value, named_sharding(self.state.mesh, value.ndim, None))
 
     def _value(self, sg: Subgraph, values: dict, index: int) -> Any:
         if index >= 0:
