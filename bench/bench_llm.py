@@ -26,6 +26,13 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
     interp = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
     decode = interp.get_signature_runner("decode")
     prefills = sorted(int(k.split("_")[1]) for k in interp.get_signature_list() if k.startswith("prefill_"))
+    mask_shape = decode.get_input_details().get("mask", {}).get("shape")  # litert-torch's mask_as_input
+
+    def mask(rows: int, position: int) -> dict:
+        if mask_shape is None:
+            return {}
+        allowed = np.arange(mask_shape[-1])[None, :] <= (position + np.arange(rows))[:, None]
+        return {"mask": np.where(allowed, 0, np.finfo(np.float32).min).astype(np.float32).reshape(1, 1, rows, -1)}
 
     def run() -> tuple[float, float, list[int]]:
         start = time.perf_counter()
@@ -36,11 +43,12 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
             tokens = np.zeros((1, length), np.int32)
             tokens[0, :len(body)] = body
             out = interp.get_signature_runner(f"prefill_{length}")(
-                tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv)
+                tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv, **mask(length, 0))
             kv = {k: v for k, v in out.items() if k.startswith("kv")}
         token, position, tokens_out, first = prompt[-1], len(prompt) - 1, [], 0.0
         for i in range(new):
-            out = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv)
+            out = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv,
+                         **mask(1, position))
             kv = {k: v for k, v in out.items() if k.startswith("kv")}
             token = int(np.argmax(out["logits"].reshape(-1)))
             tokens_out.append(token)

@@ -10,7 +10,20 @@ import pytest
 import litegpu
 
 MODELS = Path(__file__).parent / "litert_torch"
-FORMATS = ["smollm_tiny_fp16", "smollm_tiny_dynamic_int8", "smollm_tiny_int4_block32"]
+# One fixture per weight format the converter writes (its ``quantize`` values but float32 ``none``, 8.5 MB, which
+# bench/litert_torch_llm.py checks the same way), and the int4 block sizes its supported schemes add (64, 256).
+# Blocks 128 and 256 are exported 512 wide (576 is no multiple of them); the README here says how each was made.
+FORMATS = ["smollm_tiny_fp16", "smollm_tiny_dynamic_int8", "smollm_tiny_weight_only_int8", "smollm_tiny_int4_block32",
+           "smollm_tiny_int4_block64", "smollm_tiny_int4_block128", "smollm_tiny_int4_block256"]
+# Blockwise int4 quantizes each row of activations asymmetrically (its scale from the row's min and max) over 32
+# rows in prefill_32: the float ops before it (RoPE's SIN/COS, RMSNorm, attention) differ from the official ones in
+# the last bit on most elements, and in about half of the random prompts one element of some row then rounds to the
+# neighbouring integer, which moves that position's K/V by ~1e-3 to 6e-3 of their magnitude (measured over 10 seeds:
+# block32 2, block64 5; dynamic_int8 0).  The blockwise kernel itself is bit-exact given the official input (also
+# on 32 rows: tests/ops/test_matmul_quantized.py), and the greedy tokens, through prefill_32, are the official ones;
+# such a flip is held to 1e-2, any real kernel error is far above.
+TIE_FLIP_RTOL = 1e-2
+BLOCKWISE = [name for name in FORMATS if "int4_block" in name]
 # dynamic int8, exported with ExportConfig(mask_as_input=True) / ExportConfig(kvcache_layout=KV_LAYOUT_TRANSPOSED)
 CONVENTIONS = ["smollm_tiny_mask_as_input", "smollm_tiny_transposed_kv"]
 litert = pytest.importorskip("ai_edge_litert.interpreter")
@@ -59,20 +72,21 @@ def official_greedy(name, prompt, new_tokens):
     return out
 
 
+@pytest.mark.parametrize("key", ["prefill_8", "prefill_32", "decode"])
 @pytest.mark.parametrize("name", FORMATS)
-def test_prefill_and_decode_match_the_official_kernels(name):
+def test_prefill_and_decode_match_the_official_kernels(name, key):
     model = litegpu.CompiledModel.from_file(str(MODELS / f"{name}.tflite"))
     interp = official(name)
     rng = np.random.default_rng(0)
-    for key in ("prefill_8", "decode"):
-        details = model.get_input_tensor_details(key)
-        feed = {k: (rng.integers(0, 128, d["shape"]) if k == "tokens" else
-                    np.arange(int(np.prod(d["shape"]))).reshape(d["shape"]) if k == "input_pos" else
-                    rng.normal(size=d["shape"]) * 0.1).astype(d["dtype"]) for k, d in details.items()}
-        want = interp.get_signature_runner(key)(**feed)
-        got = model.run(feed, signature_key=key)
-        for k, w in want.items():
-            assert np.abs(got[k] - w).max() <= 1e-4 * np.abs(w).max(), (key, k)
+    details = model.get_input_tensor_details(key)
+    feed = {k: (rng.integers(0, 128, d["shape"]) if k == "tokens" else
+                np.arange(int(np.prod(d["shape"]))).reshape(d["shape"]) if k == "input_pos" else
+                rng.normal(size=d["shape"]) * 0.1).astype(d["dtype"]) for k, d in details.items()}
+    want = interp.get_signature_runner(key)(**feed)
+    got = model.run(feed, signature_key=key)
+    rtol = TIE_FLIP_RTOL if name in BLOCKWISE and key == "prefill_32" else 1e-4
+    for k, w in want.items():
+        assert np.abs(got[k] - w).max() <= rtol * np.abs(w).max(), (key, k)
 
 
 @pytest.mark.parametrize("name", FORMATS + CONVENTIONS)

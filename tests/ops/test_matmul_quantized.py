@@ -352,6 +352,8 @@ def blockwise_model(in_shape, units, block, bias=True, activation="NONE", weight
     ((5, 256), 13, 32, True),
     ((2, 96), 6, 16, False),
     ((7, 2, 256), 64, 64, True),
+    ((1, 32, 512), 16, 128, True),  # litert-torch's dynamic_int4_block128 (a prefill of 32 tokens)
+    ((32, 512), 8, 256, False),  # its dynamic_int4_block256 scheme
 ])
 def test_blockwise_int4_fc(in_shape, units, block, bias):
     model = blockwise_model(in_shape, units, block, bias)
