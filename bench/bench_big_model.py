@@ -34,7 +34,7 @@ def memory():
 """
 
 LITEGPU_CHILD = MEMORY + r"""
-import json, sys, time, warnings
+import json, os, sys, time, warnings
 import numpy as np
 import jax, litegpu
 import litegpu.ops._catalog
@@ -42,6 +42,9 @@ path, steps = sys.argv[1], int(sys.argv[2])
 if len(sys.argv) > 3:  # --fold-growth-mib: how much float16 -> float32 (etc.) the backend folds at load
     import litegpu.backends.xla
     litegpu.backends.xla.FOLD_GROWTH_BUDGET_BYTES = int(float(sys.argv[3]) * 2**20)
+if os.environ.get("LITEGPU_BENCH_CHUNK_MIB"):  # --chunk-mib: the converted-weight slice of a matmul
+    import litegpu.ops.matmul
+    litegpu.ops.matmul.CONVERTED_WEIGHT_CHUNK_BYTES = int(float(os.environ["LITEGPU_BENCH_CHUNK_MIB"]) * 2**20)
 phases = [("imports", 0.0, memory())]
 t = time.perf_counter()
 with warnings.catch_warnings():
@@ -169,6 +172,9 @@ def main() -> int:
     p.add_argument("--fold-growth-mib", type=float, default=None,
                    help="experiment: litegpu's FOLD_GROWTH_BUDGET_BYTES in MiB (weights converted once at load "
                         "into bigger ones, float16 -> float32, instead of in every run)")
+    p.add_argument("--chunk-mib", type=float, default=None,
+                   help="experiment: litegpu's CONVERTED_WEIGHT_CHUNK_BYTES in MiB (the slice of a matmul's weights "
+                        "converted at a time)")
     p.add_argument("--keep", type=Path, help="write the model into this folder and keep it")
     p.add_argument("--json", type=Path, help="write all numbers here")
     args = p.parse_args()
@@ -187,6 +193,8 @@ def main() -> int:
     except (AttributeError, OSError):
         pass
     extra = [] if args.fold_growth_mib is None else [str(args.fold_growth_mib)]
+    if args.chunk_mib is not None:
+        os.environ["LITEGPU_BENCH_CHUNK_MIB"] = str(args.chunk_mib)
     report["litegpu"] = run_child(LITEGPU_CHILD, str(path), str(args.steps), *extra)
     print(table(f"litegpu, {path.name}, {size / 2**30:.2f} GiB", report["litegpu"], size))
     if args.official != "none":

@@ -8,8 +8,8 @@ it ports by changing the import; see ``litegpu.runtime`` for what litegpu adds
 
 from . import errors
 from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, InvalidArgumentError, LiteGpuError,
-                     ModelExecutionError, ModelFormatError, SignatureError, TensorBufferError, UnsupportedOpError,
-                     WriteError)
+                     ModelExecutionError, ModelFormatError, OutOfMemoryError, SignatureError, TensorBufferError,
+                     UnsupportedOpError, WriteError)
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
                       HardwareAccelerator, Interpreter, Model, OpResolverType, Options, SignatureRunner, TensorBuffer)
 from .runtime.generate import generate, generate_stream
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "CpuKernelMode", "CpuOptions",
     "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
-    "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
+    "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType", "OutOfMemoryError",
     "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
     "WriteError", "errors", "generate", "generate_stream", "LitertLmBundle",
 ]

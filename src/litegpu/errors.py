@@ -27,6 +27,13 @@ class EngineCompileError(ModelExecutionError):
     """An engine accepted a partition's ops but could not compile them (for some input shapes)."""
 
 
+class OutOfMemoryError(LiteGpuError, MemoryError):
+    """Compiling or running a model needs more memory than the machine (or the device) can still give.
+
+    Raised instead of running when XLA's own account of a compiled program (temporaries and outputs)
+    exceeds what is available, and in place of XLA's RESOURCE_EXHAUSTED errors and Python's MemoryError."""
+
+
 class AcceleratorUnavailableError(LiteGpuError, RuntimeError):
     """The requested accelerator is not present on this machine."""
 

@@ -128,3 +128,29 @@ def test_tying_never_changes_a_value():
         ints = np.array([-128, 0, 127], np.int8)
         tied = jax.jit(lambda w, a: tie_to(jnp, lax, w, xla._zero_after([a])))(ints, anchor)
         assert np.asarray(tied).tobytes() == ints.tobytes()
+
+
+@pytest.mark.parametrize("weights", ["float16", "int4"])
+def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quantized_params, monkeypatch, weights):
+    """A big model's subgraph of many ops is compiled as parts (xla.PART_OPS), cut between layers where
+    only the hidden state crosses; the parts give the whole program's results (to float rounding: XLA fuses
+    differently across a cut)."""
+    model = dm.build_decoder(_config(weights))
+    state = xla.XlaState(model, xla.device_for("cpu"))
+    for key in ("prefill", "decode"):
+        index, inputs = _signature_inputs(model, key)
+        whole = xla.XlaBackend(model, index, state=state)
+        monkeypatch.setattr(xla, "SPLIT_MODEL_BYTES", 0)
+        monkeypatch.setattr(xla, "PART_OPS", 20)
+        split = xla.XlaBackend(model, index, state=state)
+        monkeypatch.undo()
+        assert len(split._parts) >= 3 and not whole._parts
+        # cutting reads no constant's values: Tensor.data would unpack int4 weights and keep the copy
+        assert not any("data" in vars(t) for t in model.subgraphs[index].tensors if t.dtype == "int4")
+        sg = model.subgraphs[index]
+        for part in split._parts[1:]:  # cut where little crosses: no [width, width] weight, only activations
+            assert all(xla._tensor_bytes(sg.tensors[t]) < WIDTH * WIDTH for t in part.op_range.inputs)
+        for got, want in zip(split.run(inputs), whole.run(inputs)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+        shapes = [(np.shape(x), np.asarray(x).dtype) for x in inputs]
+        assert split.output_shapes(shapes) == whole.output_shapes(shapes)

@@ -48,6 +48,68 @@ class OpRange:
         return f"subgraph {self.subgraph} {span}"
 
 
+def split_ops(sg: Subgraph, order: Sequence[int], part_ops: int, tensor_bytes: Callable[[Tensor], int]
+              ) -> list[OpRange]:
+    """``order`` (a subgraph's ops in execution order) cut into runs of about ``part_ops`` ops, each cut
+    placed, within a quarter of ``part_ops`` of its target, where the tensors crossing it take the fewest
+    bytes (between two layers of a decoder: its hidden state, not a converted weight)."""
+    produced_at: dict[int, int] = {}
+    for k, op in enumerate(order):
+        for t in sg.operators[op].outputs:
+            if t >= 0:
+                produced_at[t] = k
+    last_read: dict[int, int] = {}
+    for k, op in enumerate(order):
+        for t in sg.operators[op].inputs:
+            if t in produced_at:
+                last_read[t] = max(last_read.get(t, k), k)
+    # crossing[p]: bytes of the tensors made before position p and read at or after it
+    delta = [0] * (len(order) + 2)
+    for t, start in produced_at.items():
+        stop = last_read.get(t, start)
+        if stop > start:
+            delta[start + 1] += tensor_bytes(sg.tensors[t])
+            delta[stop + 1] -= tensor_bytes(sg.tensors[t])
+    crossing, running = [], 0
+    for p in range(len(order) + 1):
+        running += delta[p]
+        crossing.append(running)
+    cuts, start, slack = [0], 0, max(1, part_ops // 4)
+    while len(order) - start > part_ops + slack:
+        window = range(start + part_ops - slack, start + part_ops + slack + 1)
+        start = min(window, key=lambda p: (crossing[p], abs(p - start - part_ops)))
+        cuts.append(start)
+    cuts.append(len(order))
+    runs = [list(order[a:b]) for a, b in zip(cuts, cuts[1:])]
+    return _with_edges(sg, runs)
+
+
+def _with_edges(sg: Subgraph, runs: list[list[int]]) -> list[OpRange]:
+    """OpRanges for consecutive runs of ops: inputs are the tensors a run reads that the subgraph takes
+    or an earlier run made (not constants, not variables); outputs what later runs or the subgraph read."""
+    made_in: dict[int, int] = {}
+    for k, ops in enumerate(runs):
+        for op in ops:
+            made_in.update((t, k) for t in sg.operators[op].outputs if t >= 0)
+    read_in: dict[int, set[int]] = {}
+    for k, ops in enumerate(runs):
+        for op in ops:
+            for t in sg.operators[op].inputs:
+                if t >= 0:
+                    read_in.setdefault(t, set()).add(k)
+    ranges = []
+    for k, ops in enumerate(runs):
+        reads = {t for op in ops for t in sg.operators[op].inputs if t >= 0}
+        # made by an earlier run, or taken by the subgraph (constants are neither: and ``Tensor.data``,
+        # which would say so too, unpacks int4 weights and keeps the copy)
+        inputs = sorted(t for t in reads if (made_in.get(t, k) < k or t in sg.inputs)
+                        and not sg.tensors[t].is_variable)
+        outputs = sorted(t for t, m in made_in.items()
+                         if m == k and (t in sg.outputs or any(r > k for r in read_in.get(t, ()))))
+        ranges.append(OpRange(sg.index, tuple(ops), tuple(inputs), tuple(outputs)))
+    return ranges
+
+
 class GraphRunner:
     """Runs subgraphs of one model for one target; holds that model's variables.
 

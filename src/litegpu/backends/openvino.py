@@ -410,7 +410,14 @@ class OpenVinoExecutable(Executable):
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         arrays = [np.ascontiguousarray(np.asarray(x)) for x in inputs]
         compiled = self.compiled_for(tuple(tuple(int(d) for d in a.shape) for a in arrays))
-        results = compiled.infer(arrays)
+        try:
+            results = compiled.infer(arrays)
+        except Exception as e:  # OpenVINO reports a failed allocation as a RuntimeError (std::bad_alloc)
+            from .memory import is_out_of_memory, out_of_memory
+
+            if is_out_of_memory(e):
+                raise out_of_memory(e, f"{self.model.source}: {self.op_range} on OpenVINO", "running") from e
+            raise
         return [r if r.dtype == dtype else r.astype(dtype) for r, dtype in zip(results, self._output_dtypes)]
 
 

@@ -35,7 +35,8 @@ from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtyp
 from ..ir.dtypes import SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, tie_to
-from .graph import STATEFUL_OPS, GraphRunner, OpRange
+from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
+from .memory import check_fits, is_out_of_memory, needed_bytes, out_of_memory
 
 # Float constants with more elements than this become program parameters.
 PARAM_MIN_ELEMENTS = 256
@@ -56,6 +57,21 @@ INT_PARAM_MIN_BYTES = 64 << 10
 # MB) fold entirely.  (Converting in every run costs time: see BENCHMARKS.md, issue 9.)
 FOLD_BUDGET_BYTES = 512 << 20
 FOLD_GROWTH_BUDGET_BYTES = 64 << 20
+# Options of every XLA CPU compile.  XLA's newer fusion emitters needed twice the compile memory of its
+# classic ones and kept executables 25 to 35 % bigger (decoder layers of width 4096: 85 against 175 MiB
+# to compile a 2-layer decode step, 42 against 56 MiB kept), and did not run faster here (see BENCHMARKS.md).
+CPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+# Runs of programs that allocate at least this much (XLA's temporaries and outputs) first give the C heap's
+# free pages back (``_release_freed_memory``): glibc keeps what earlier runs freed (a 3 GB float16 decoder's
+# heap grew by 0.24 GiB over 4 decode steps, its peak), and trimming costs far less than such a run.
+TRIM_BEFORE_RUN_BYTES = 64 << 20
+# Big models compile their big subgraphs in parts of about PART_OPS ops (``split_ops``: cut where the
+# fewest bytes cross), each part its own program: XLA's compile memory grows with a program's size and
+# comes on top of the weights and of the programs already compiled (a 26-layer int4 decoder's decode step
+# took about 1.4 GiB to compile whole).  Only models whose weights take SPLIT_MODEL_BYTES or more, and
+# subgraphs without state (variables, calls to other subgraphs), are split.
+SPLIT_MODEL_BYTES = 1 << 30
+PART_OPS = 256
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS)
 
@@ -384,10 +400,15 @@ class XlaState:
         self.device = device
         self.storage = np.dtype(storage)
         self.param_key: dict[tuple[int, int], str] = {}  # (subgraph, tensor) -> params key
-        self.params = self._device_params(model)
         self.folded: dict[tuple[int, int], str] = {}      # (subgraph, tensor) -> params key of a folded op output
-        self._fold_constant_ops(model)
-        self._drop_unread_params(model)
+        try:  # weights that do not fit on the device (or in the host, where they are copied) fail here
+            self.params = self._device_params(model)
+            self._fold_constant_ops(model)
+            self._drop_unread_params(model)
+        except Exception as e:
+            if is_out_of_memory(e):
+                raise out_of_memory(e, f"{model.source}: the weights on {device}", "loading") from e
+            raise
         self.variables: dict = {}
 
     def _device_params(self, model: Model) -> dict[str, Any]:
@@ -617,6 +638,29 @@ class XlaBackend:
         self.cache = cache
         self.cache_key = dict(cache_key or {})
         self._executables: dict[str, Any] = {}
+        self._by_shape: dict[tuple, Any] = {}  # input and variable shapes -> compiled executable
+        self._parts = self._split_parts(cache, cache_key) if op_range is None else []
+        self._big_runs: set[tuple] = set()     # shapes whose runs trim the C heap first (TRIM_BEFORE_RUN_BYTES)
+
+    def _split_parts(self, cache: Any, cache_key: dict | None) -> list["XlaBackend"]:
+        """Backends for the parts of a big subgraph (see PART_OPS), or [] to compile it whole."""
+        sg = self.subgraph
+        if len(sg.operators) <= 2 * PART_OPS or any(
+                op.opcode_name in STATEFUL_OPS or called_subgraphs(op) for op in sg.operators):
+            return []
+        if sum(int(getattr(v, "nbytes", 0)) for v in self.state.params.values()) < SPLIT_MODEL_BYTES:
+            return []
+        from ..ir import execution_order
+
+        ranges = split_ops(sg, execution_order(sg, self.model.source), PART_OPS, _tensor_bytes)
+        return [XlaBackend(self.model, self.subgraph_index, self.platform, precision=self.policy.name,
+                           state=self.state, cache=cache, cache_key=cache_key, op_range=r) for r in ranges]
+
+    def _run_parts(self, inputs: Sequence[Any]) -> list[Any]:
+        values = dict(zip(self.subgraph.inputs, inputs))
+        for part in self._parts:
+            values.update(zip(part.op_range.outputs, part.run([values[t] for t in part.op_range.inputs])))
+        return [values[t] for t in self.subgraph.outputs]
 
     @staticmethod
     def storage_dtype(precision: Any) -> np.dtype:
@@ -700,19 +744,70 @@ class XlaBackend:
         return [np.asarray(x) if not is_device_array(x) else x if where is None else self.jax.device_put(x, where)
                 for x, where in zip(inputs, replicated)]
 
+    @property
+    def where(self) -> str:
+        """The model, signature and partition this program runs, for error messages."""
+        names = [s.key for s in self.model.signatures if s.subgraph_index == self.subgraph_index]
+        part = f"subgraph {self.subgraph_index}" if self.op_range is None else str(self.op_range)
+        return f"{self.model.source}: " + (f"signature {names[0]!r} ({part})" if names else part) + \
+            f" on XLA {self.platform.upper()}"
+
     def run(self, inputs: Sequence[Any]) -> list[Any]:
-        """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous)."""
+        """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous, except for
+        the first run of each compiled program, which is checked by the memory guard and waited for)."""
+        if self._parts:
+            return self._run_parts(inputs)
         args = self._place(inputs)
-        shapes = _shape_key(args)
-        compiles = shapes not in self.compiled_shapes
-        if compiles:  # the buffers of earlier runs, freed but kept by the C heap, would add to its peak
+        # variables too: a stateful program's first run gets none and compiles again for the next
+        shapes = _shape_key(args) + tuple((k, np.shape(v), getattr(v, "dtype", None))
+                                          for k, v in self.variables.items())
+        executable = self._by_shape.get(shapes)
+        if executable is None:
+            return self._first_run(shapes, args)
+        if shapes in self._big_runs:
             _release_freed_memory()
-        self.compiled_shapes.add(shapes)
-        program = self._program if self.cache is None else self._cached_executable(args)
-        outputs, self.variables = program(self.params, self.variables, args)
-        if compiles:
-            _release_freed_memory()
+        try:
+            outputs, self.variables = executable(self.params, self.variables, args)
+        except Exception as e:
+            raise (out_of_memory(e, self.where, "running") if is_out_of_memory(e) else e) from e
         return outputs
+
+    def _first_run(self, shapes: tuple, args: list[Any]) -> list[Any]:
+        """Compile, check that a run fits in memory (``backends.memory``), run and wait: an allocation
+        failure of a run surfaces only when it is waited on, so the first one is waited on here."""
+        _release_freed_memory()  # the buffers of earlier runs, freed but kept by the C heap, would add to its peak
+        doing = "compiling"
+        try:
+            executable = self._compile(args) if self.cache is None else self._cached_executable(args)
+            _release_freed_memory()
+            check_fits(executable, self.device, args, self.where)
+            doing = "running"
+            outputs, variables = executable(self.params, self.variables, args)
+            for y in outputs:
+                if hasattr(y, "block_until_ready"):
+                    y.block_until_ready()
+        except Exception as e:
+            raise (out_of_memory(e, self.where, doing) if is_out_of_memory(e) else e) from e
+        self.variables = variables
+        self.compiled_shapes.add(shapes)
+        self._by_shape[shapes] = executable
+        if (needed_bytes(executable) or 0) >= TRIM_BEFORE_RUN_BYTES:
+            self._big_runs.add(shapes)
+        _release_freed_memory()
+        return outputs
+
+    def _compile(self, args: Sequence[Any]) -> Any:
+        """The program compiled for these arguments, with ``CPU_COMPILER_OPTIONS`` on the CPU (a jaxlib
+        that does not know one of them compiles without them)."""
+        lowered = self._program.lower(self.params, self.variables, args)
+        options = CPU_COMPILER_OPTIONS if self.platform == "cpu" and CPU_COMPILER_OPTIONS else None
+        if options:
+            try:
+                return lowered.compile(compiler_options=options)
+            except Exception as e:  # an option this XLA does not have: compile with its defaults
+                if "option" not in str(e).lower() and "flag" not in str(e).lower():
+                    raise
+        return lowered.compile()
 
     def _executable_key(self, args: Sequence[Any]) -> str:
         from ..compile.cache import make_key
@@ -727,6 +822,7 @@ class XlaBackend:
                          "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
                          "inputs": layout(args), "variables": variables,
                          "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
+                         "compiler_options": sorted(CPU_COMPILER_OPTIONS.items()) if self.platform == "cpu" else [],
                          **({"ops": list(self.op_range.op_indices)} if self.op_range is not None else {})})
 
     def _cached_executable(self, args: Sequence[Any]) -> Any:
@@ -735,7 +831,7 @@ class XlaBackend:
         if executable is None:
             executable = self._load_executable(key)
         if executable is None:
-            executable = self._program.lower(self.params, self.variables, args).compile()
+            executable = self._compile(args)
             self._store_executable(key, executable, args)
         self._executables[key] = executable
         return executable
@@ -771,6 +867,11 @@ class XlaBackend:
     def output_shapes(self, input_shapes: Sequence[tuple[tuple[int, ...], Any]]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """Output (shape, dtype) for inputs of these (shape, dtype), by tracing only (no compile, no run)."""
         key = tuple((tuple(int(d) for d in s), str(np.dtype(d))) for s, d in input_shapes)
+        if self._parts and key not in self._shapes:
+            known = dict(zip(self.subgraph.inputs, key))
+            for part in self._parts:
+                known.update(zip(part.op_range.outputs, part.output_shapes([known[t] for t in part.op_range.inputs])))
+            self._shapes[key] = [(tuple(known[t][0]), np.dtype(known[t][1])) for t in self.subgraph.outputs]
         if key not in self._shapes:
             specs = [self.jax.ShapeDtypeStruct(s, np.dtype(d)) for s, d in key]
             try:

@@ -66,16 +66,13 @@ class Event:
         if self._host is not None:
             if not self._host.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
                 return False
-        if deadline is None:
-            for a in self._arrays:
-                a.block_until_ready()
-        else:
+        if deadline is not None:
             while not all(_array_ready(a) for a in self._arrays):
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(_POLL_SECONDS)
-            for a in self._arrays:  # surfaces a failed computation as an exception
-                a.block_until_ready()
+        for a in self._arrays:  # surfaces a failed computation as an exception
+            _wait_for(a)
         self._complete()
         return True
 
@@ -92,6 +89,19 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event(ready={self.is_ready()})"
+
+
+def _wait_for(array: Any) -> None:
+    """Wait for a device array; an allocation failure of the run that makes it (XLA's RESOURCE_EXHAUSTED,
+    reported only now: runs are asynchronous) becomes an ``OutOfMemoryError``."""
+    try:
+        array.block_until_ready()
+    except Exception as e:
+        from ..backends.memory import is_out_of_memory, out_of_memory
+
+        if is_out_of_memory(e):
+            raise out_of_memory(e, "a dispatched run", "running") from e
+        raise
 
 
 def _array_ready(array: Any) -> bool:
