@@ -85,9 +85,16 @@ def test_options_and_hardware_accel_together_is_an_error_like_the_official(add_b
         lg.CompiledModel.from_buffer(add_bytes, hardware_accel=HA.CPU, options=lg.Options())
 
 
+def test_options_given_in_hardware_accels_place_are_taken_as_the_options(add_bytes):
+    model = lg.CompiledModel.from_buffer(add_bytes, lg.Options(HA.CPU, cpu_options=lg.CpuOptions(num_threads=2)))
+    assert model.options.cpu_options.num_threads == 2
+
+
 @pytest.mark.parametrize("make,error", [
     (lambda: lg.GpuOptions(precision="fp8"), lg.InvalidArgumentError),
     (lambda: lg.Options(hardware_accelerators=0), lg.InvalidArgumentError),
+    (lambda: lg.Options(hardware_accelerators="gpu please"), lg.InvalidArgumentError),
+    (lambda: lg.Options(hardware_accelerators=lg.CpuOptions()), lg.InvalidArgumentError),
     (lambda: lg.Options(model_token="../../etc/passwd"), lg.CacheError),
     (lambda: lg.CpuOptions(num_threads=-1), lg.InvalidArgumentError),
 ])

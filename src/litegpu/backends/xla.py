@@ -23,7 +23,9 @@ a GPU run's outputs stay on the GPU and feed the next run without a host copy.
 
 from __future__ import annotations
 
+import collections
 import functools
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -627,12 +629,13 @@ class XlaBackend:
         # run's were host arrays (measured: a 3 GB decoder compiled its prefill twice, 13 s each).
         if self.state.mesh is None:
             on_device = self.jax.sharding.SingleDeviceSharding(self.device)
-            self._program = self.jax.jit(self._trace, in_shardings=on_device, out_shardings=on_device)
+            self._jit_options: dict[str, Any] = {"in_shardings": on_device, "out_shardings": on_device}
         else:  # weights split over several devices: XLA propagates their shardings through the program
             from .sharding import cache_axes
 
             self._cache_in, self._cache_out = cache_axes(model, subgraph_index, len(self.state.mesh.devices.flat))
-            self._program = self.jax.jit(self._trace)
+            self._jit_options = {}
+        self._program = self.jax.jit(self._trace, **self._jit_options)
         # With a compile cache, compiled executables are serialized to disk and a later process
         # loads them instead of tracing and compiling (see litegpu.compile.cache).
         self.cache = cache
@@ -656,11 +659,32 @@ class XlaBackend:
         return [XlaBackend(self.model, self.subgraph_index, self.platform, precision=self.policy.name,
                            state=self.state, cache=cache, cache_key=cache_key, op_range=r) for r in ranges]
 
-    def _run_parts(self, inputs: Sequence[Any]) -> list[Any]:
+    def _run_parts(self, inputs: Sequence[Any], consumable: Sequence[int] = ()) -> list[Any]:
         values = dict(zip(self.subgraph.inputs, inputs))
-        for part in self._parts:
-            values.update(zip(part.op_range.outputs, part.run([values[t] for t in part.op_range.inputs])))
+        free = {self.subgraph.inputs[i] for i in consumable} | self._part_results
+        for part, last_reads in zip(self._parts, self._last_reads):
+            ins = part.op_range.inputs
+            mine = [k for k, t in enumerate(ins) if t in free and t in last_reads]
+            values.update(zip(part.op_range.outputs, part.run([values[t] for t in ins], consumable=mine)))
         return [values[t] for t in self.subgraph.outputs]
+
+    @functools.cached_property
+    def _part_results(self) -> set[int]:
+        """Tensors one part makes for later parts only (not the subgraph's outputs): each may be consumed
+        by the last part that reads it."""
+        made = {t for part in self._parts for t in part.op_range.outputs}
+        return made - set(self.subgraph.outputs) - set(self.subgraph.inputs)
+
+    @functools.cached_property
+    def _last_reads(self) -> list[set[int]]:
+        """Per part, the tensors it reads once and no later part reads (nor the subgraph returns)."""
+        last: dict[int, int] = {}
+        for j, part in enumerate(self._parts):
+            for t in part.op_range.inputs:
+                last[t] = j
+        outputs = set(self.subgraph.outputs)
+        return [{t for t in part.op_range.inputs if last[t] == j and t not in outputs
+                 and list(part.op_range.inputs).count(t) == 1} for j, part in enumerate(self._parts)]
 
     @staticmethod
     def storage_dtype(precision: Any) -> np.dtype:
@@ -691,6 +715,16 @@ class XlaBackend:
             return y
         dtype = numpy_dtype(t.dtype)
         return y if y.dtype == dtype else y.astype(dtype)
+
+    def _trace_consuming(self, params: dict, variables: dict, kept: list, consumed: list) -> tuple[list, dict]:
+        """``_trace`` with the inputs in two lists: ``consumed`` (donated to XLA, whose memory the outputs
+        may take) fills the places that are None in ``kept``."""
+        taken = iter(consumed)
+        return self._trace(params, variables, [next(taken) if x is None else x for x in kept])
+
+    @functools.cached_property
+    def _consuming_program(self) -> Any:
+        return self.jax.jit(self._trace_consuming, donate_argnums=(3,), **self._jit_options)
 
     def _trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
         sg = self.subgraph
@@ -752,37 +786,78 @@ class XlaBackend:
         return f"{self.model.source}: " + (f"signature {names[0]!r} ({part})" if names else part) + \
             f" on XLA {self.platform.upper()}"
 
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
+    # CompiledModel tells backends with this attribute which inputs a run may consume (``run(consumable=)``).
+    consumes_inputs = True
+
+    def run(self, inputs: Sequence[Any], consumable: Sequence[int] = ()) -> list[Any]:
         """Run on device arrays or numpy; returns device arrays (dispatch is asynchronous, except for
-        the first run of each compiled program, which is checked by the memory guard and waited for)."""
+        the first run of each compiled program, which is checked by the memory guard and waited for).
+        ``consumable``: positions of inputs the caller will not read again (a KV cache whose buffer
+        receives the new one): device arrays there are donated to XLA, which computes an output of the
+        same shape in their memory instead of holding both (they are deleted)."""
         if self._parts:
-            return self._run_parts(inputs)
+            return self._run_parts(inputs, consumable)
         args = self._place(inputs)
         # variables too: a stateful program's first run gets none and compiles again for the next
         shapes = _shape_key(args) + tuple((k, np.shape(v), getattr(v, "dtype", None))
                                           for k, v in self.variables.items())
-        executable = self._by_shape.get(shapes)
-        if executable is None:
-            return self._first_run(shapes, args)
+        compiled = self._by_shape.get(shapes)
+        if compiled is None:
+            consumed = self._donated_positions(args, consumable)
+            return self._first_run(shapes, self._to_donate(args, inputs, consumed, consumable), consumed)
+        executable, consumed = compiled
         if shapes in self._big_runs:
             _release_freed_memory()
         try:
-            outputs, self.variables = executable(self.params, self.variables, args)
+            outputs, self.variables = self._call(executable, self._to_donate(args, inputs, consumed, consumable),
+                                                 consumed)
         except Exception as e:
             raise (out_of_memory(e, self.where, "running") if is_out_of_memory(e) else e) from e
         return outputs
 
-    def _first_run(self, shapes: tuple, args: list[Any]) -> list[Any]:
+    def _donated_positions(self, args: Sequence[Any], consumable: Sequence[int]) -> tuple[int, ...]:
+        """The inputs that the program compiled for these arguments takes as donated (fixed with it: one
+        executable per shape, whatever later runs allow): the consumable ones, each held at one position.
+        Not with weights split over devices (their placement is XLA's to choose)."""
+        if not consumable or self.state.mesh is not None:
+            return ()
+        ids = collections.Counter(id(a) for a in args)
+        return tuple(i for i in sorted(set(consumable)) if 0 <= i < len(args) and ids[id(args[i])] == 1)
+
+    def _to_donate(self, args: list[Any], inputs: Sequence[Any], donated: tuple[int, ...],
+                   consumable: Sequence[int]) -> list[Any]:
+        """``args`` with each donated position holding an array XLA may take: the caller's device array
+        where the caller gave it up (``consumable``), else a device copy of the value (a host array, or one
+        the caller still holds), so that no array of the caller's is ever deleted or written."""
+        if not donated:
+            return args
+        ids = collections.Counter(id(a) for a in args)
+        out = list(args)
+        for i in donated:
+            x = args[i]
+            if is_device_array(x) and ids[id(x)] == 1 and (i in consumable or x is not inputs[i]):
+                continue  # given up by the caller, or already our copy (``_place`` moved it here)
+            out[i] = x.copy() if is_device_array(x) else self.jax.device_put(np.array(x, copy=True), self.device)
+        return out
+
+    def _call(self, executable: Any, args: list[Any], consumed: tuple[int, ...]) -> tuple[list, dict]:
+        if not consumed:
+            return executable(self.params, self.variables, args)
+        kept = [None if i in consumed else a for i, a in enumerate(args)]
+        return executable(self.params, self.variables, kept, [args[i] for i in consumed])
+
+    def _first_run(self, shapes: tuple, args: list[Any], consumed: tuple[int, ...] = ()) -> list[Any]:
         """Compile, check that a run fits in memory (``backends.memory``), run and wait: an allocation
         failure of a run surfaces only when it is waited on, so the first one is waited on here."""
         _release_freed_memory()  # the buffers of earlier runs, freed but kept by the C heap, would add to its peak
         doing = "compiling"
         try:
-            executable = self._compile(args) if self.cache is None else self._cached_executable(args)
+            executable = (self._compile(args, consumed) if self.cache is None
+                          else self._cached_executable(args, consumed))
             _release_freed_memory()
             check_fits(executable, self.device, args, self.where)
             doing = "running"
-            outputs, variables = executable(self.params, self.variables, args)
+            outputs, variables = self._call(executable, args, consumed)
             for y in outputs:
                 if hasattr(y, "block_until_ready"):
                     y.block_until_ready()
@@ -790,16 +865,23 @@ class XlaBackend:
             raise (out_of_memory(e, self.where, doing) if is_out_of_memory(e) else e) from e
         self.variables = variables
         self.compiled_shapes.add(shapes)
-        self._by_shape[shapes] = executable
+        self._by_shape[shapes] = (executable, consumed)
         if (needed_bytes(executable) or 0) >= TRIM_BEFORE_RUN_BYTES:
             self._big_runs.add(shapes)
         _release_freed_memory()
         return outputs
 
-    def _compile(self, args: Sequence[Any]) -> Any:
+    def _compile(self, args: Sequence[Any], consumed: tuple[int, ...] = ()) -> Any:
         """The program compiled for these arguments, with ``CPU_COMPILER_OPTIONS`` on the CPU (a jaxlib
         that does not know one of them compiles without them)."""
-        lowered = self._program.lower(self.params, self.variables, args)
+        if consumed:
+            kept = [None if i in consumed else a for i, a in enumerate(args)]
+            with warnings.catch_warnings():  # a donated input no output can take (another shape) is just kept
+                warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+                lowered = self._consuming_program.lower(self.params, self.variables, kept,
+                                                        [args[i] for i in consumed])
+        else:
+            lowered = self._program.lower(self.params, self.variables, args)
         options = CPU_COMPILER_OPTIONS if self.platform == "cpu" and CPU_COMPILER_OPTIONS else None
         if options:
             try:
@@ -809,7 +891,7 @@ class XlaBackend:
                     raise
         return lowered.compile()
 
-    def _executable_key(self, args: Sequence[Any]) -> str:
+    def _executable_key(self, args: Sequence[Any], consumed: tuple[int, ...] = ()) -> str:
         from ..compile.cache import make_key
 
         def layout(values: Any) -> list:
@@ -823,15 +905,16 @@ class XlaBackend:
                          "inputs": layout(args), "variables": variables,
                          "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
                          "compiler_options": sorted(CPU_COMPILER_OPTIONS.items()) if self.platform == "cpu" else [],
-                         **({"ops": list(self.op_range.op_indices)} if self.op_range is not None else {})})
+                         **({"ops": list(self.op_range.op_indices)} if self.op_range is not None else {}),
+                         **({"consumed": list(consumed)} if consumed else {})})
 
-    def _cached_executable(self, args: Sequence[Any]) -> Any:
-        key = self._executable_key(args)
+    def _cached_executable(self, args: Sequence[Any], consumed: tuple[int, ...] = ()) -> Any:
+        key = self._executable_key(args, consumed)
         executable = self._executables.get(key)
         if executable is None:
             executable = self._load_executable(key)
         if executable is None:
-            executable = self._compile(args)
+            executable = self._compile(args, consumed)
             self._store_executable(key, executable, args)
         self._executables[key] = executable
         return executable

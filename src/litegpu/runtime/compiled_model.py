@@ -13,6 +13,7 @@ compiled again, and cached, for each new input shape.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import os
@@ -569,19 +570,27 @@ class CompiledModel:
                                         f"given for it holds {b.dtype.name}")
         return list(outputs)
 
-    def _execute(self, s: SignatureInfo, data: list[Any]) -> list[Any]:
+    def _execute(self, s: SignatureInfo, data: list[Any], consumable: Sequence[int] = ()) -> list[Any]:
         """Run with inputs in signature order; results in signature order (a SignatureDef may order its
-        inputs and outputs differently from the subgraph)."""
+        inputs and outputs differently from the subgraph).  ``consumable``: positions (signature order) of
+        inputs whose memory the run may reuse for its outputs (``_consumable_inputs``)."""
         sg = self._ir.subgraphs[s.subgraph]
         by_tensor = {t: x for (_, t), x in zip(s.inputs, data)}
         missing = [t for t in sg.inputs if t not in by_tensor]
         if missing:
             raise SignatureError(f"signature {s.key!r} does not name subgraph {s.subgraph}'s input tensor(s) {missing}")
-        results = self._backend(s).run([by_tensor[t] for t in sg.inputs])
+        backend = self._backend(s)
+        consumed = {s.inputs[i][1] for i in consumable}
+        if consumed and getattr(backend, "consumes_inputs", False):
+            results = backend.run([by_tensor[t] for t in sg.inputs],
+                                  consumable=[i for i, t in enumerate(sg.inputs) if t in consumed])
+        else:
+            results = backend.run([by_tensor[t] for t in sg.inputs])
         produced = dict(zip(sg.outputs, results))
         return [produced[t] for _, t in s.outputs]
 
-    def _dispatch(self, s: SignatureInfo, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+    def _dispatch(self, s: SignatureInfo, inputs: Sequence[Any] | Mapping[str, Any],
+                  outputs: Sequence[TensorBuffer] = ()) -> list[Any]:
         values = list(inputs.values()) if isinstance(inputs, Mapping) else (
             list(inputs) if isinstance(inputs, Sequence) else [])
         for value in values:
@@ -592,12 +601,27 @@ class CompiledModel:
         with self._lock:
             self._check_open()
             data, _ = self._gather(s, inputs)
-            return self._execute(s, data)
+            return self._execute(s, data, self._consumable_inputs(s, inputs, outputs))
+
+    @staticmethod
+    def _consumable_inputs(s: SignatureInfo, inputs: Sequence[Any] | Mapping[str, Any],
+                           outputs: Sequence[TensorBuffer]) -> list[int]:
+        """Positions of the input buffers that this run also writes as outputs (a KV cache passed in and out,
+        as ``generate`` and LiteRT-LM do) and whose data an earlier run made: their old data is replaced
+        anyway, so the run may compute the new data in its memory instead of holding both."""
+        if not outputs:
+            return []
+        if isinstance(inputs, Mapping):
+            inputs = [inputs.get(n) for n in s.input_names]
+        written = {id(b) for b in outputs}
+        once = collections.Counter(id(b) for b in inputs)
+        return [i for i, b in enumerate(inputs) if isinstance(b, TensorBuffer) and id(b) in written
+                and once[id(b)] == 1 and b._consumable()]
 
     def _run(self, signature: int | str, inputs: Any, outputs: Any, asynchronous: bool) -> Event | None:
         s = self._signature(signature)
         buffers = self._output_list(s, outputs) if outputs is not None else None
-        results = self._dispatch(s, inputs)
+        results = self._dispatch(s, inputs, buffers or ())
         event = Event(results, on_complete=(lambda: [b._flush() for b in buffers]) if buffers else None)
         if buffers is not None:
             for b, value in zip(buffers, results):

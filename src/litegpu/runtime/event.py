@@ -91,9 +91,18 @@ class Event:
         return f"Event(ready={self.is_ready()})"
 
 
+def _consumed(array: Any) -> bool:
+    """A result that a later run consumed (its memory reused for that run's output, see
+    ``TensorBuffer._consumable``): JAX orders that run after it, so waiting on the later run covers it."""
+    is_deleted = getattr(array, "is_deleted", None)
+    return bool(is_deleted()) if is_deleted is not None else False
+
+
 def _wait_for(array: Any) -> None:
     """Wait for a device array; an allocation failure of the run that makes it (XLA's RESOURCE_EXHAUSTED,
     reported only now: runs are asynchronous) becomes an ``OutOfMemoryError``."""
+    if _consumed(array):
+        return
     try:
         array.block_until_ready()
     except Exception as e:
@@ -105,5 +114,7 @@ def _wait_for(array: Any) -> None:
 
 
 def _array_ready(array: Any) -> bool:
+    if _consumed(array):
+        return True
     is_ready = getattr(array, "is_ready", None)
     return True if is_ready is None else bool(is_ready())

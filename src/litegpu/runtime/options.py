@@ -131,7 +131,11 @@ class Options:
                  cpu_options: CpuOptions | None = None, gpu_options: GpuOptions | None = None,
                  serialization_dir: str | None = None, model_token: str | None = None, devices: Any = None,
                  **vendor_options: Any):
-        flags = int(hardware_accelerators)
+        try:
+            flags = int(hardware_accelerators)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"hardware_accelerators must be a HardwareAccelerator (CPU, GPU, NPU or "
+                                       f"a combination), not {type(hardware_accelerators).__name__}") from None
         if flags <= 0 or flags & ~7:
             raise InvalidArgumentError(f"hardware_accelerators must combine CPU=1, GPU=2, NPU=4; got {flags!r}")
         self.hardware_accelerators = HardwareAccelerator(flags)
@@ -184,7 +188,10 @@ class Options:
 
 
 def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator | int | None) -> Options:
-    """The official rule: either options or the hardware_accel shortcut, never both; default CPU."""
+    """The official rule: either options or the hardware_accel shortcut, never both; default CPU.  Options
+    given in hardware_accel's place (``from_file(path, Options(...))``) are taken as the options."""
+    if isinstance(hardware_accel, Options) and options is None:
+        options, hardware_accel = hardware_accel, None
     if options is not None:
         if hardware_accel is not None:
             raise InvalidArgumentError("Pass either options or hardware_accel, not both.")

@@ -67,6 +67,7 @@ class TensorBuffer:
         # False when the memory belongs to the caller (create_from_host_memory): results are copied in.
         self._owns_host_memory = owns_host_memory
         self._pending: Any = None    # a device result not yet copied into the caller's host memory
+        self._from_run = False       # _array is a run's output that only this buffer holds (see _consumable)
         self.event: Any = None
         self._lock = threading.RLock()
         self._closed = False
@@ -180,6 +181,7 @@ class TensorBuffer:
             else:
                 self._array = np.array(data_array, copy=True)
             self._pending = None
+            self._from_run = False  # the caller's jax array may be held here: never handed to a run to consume
 
     def read(self, num_elements: int | None = None, output_dtype: Any = None) -> np.ndarray:
         """A host copy with the buffer's shape and dtype.
@@ -222,6 +224,16 @@ class TensorBuffer:
         """What a run reads: the device array when there is one, else the host array (no copy)."""
         return self._current()
 
+    def _consumable(self) -> bool:
+        """Whether a run that writes its result into this same buffer may consume the data (XLA reuses an
+        input's memory for an output: a KV cache updated in place instead of held twice).  A device array
+        only when an earlier run put it here (one the caller wrote may be held elsewhere too; a host view
+        of it, from ``read`` on the CPU or DLPack, keeps it alive: XLA then copies instead); a host array
+        is never written, the run consumes a device copy of it."""
+        with self._lock:
+            return (not self._closed and self._owns_host_memory and self._pending is None
+                    and (self._from_run or not _is_device_array(self._array)))
+
     def _set_result(self, value: Any, event: Any = None) -> None:
         """Store a run's output: held as the device array, or copied into the caller's memory later."""
         self._check_open()
@@ -230,6 +242,7 @@ class TensorBuffer:
             if self._owns_host_memory:
                 self._array, self._shape, self._dtype = value, shape, np.dtype(value.dtype)
                 self._pending = None
+                self._from_run = _is_device_array(value)
             else:
                 if shape != self._shape or np.dtype(value.dtype) != self._dtype:
                     raise TensorBufferError(
