@@ -154,3 +154,26 @@ def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quanti
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
         shapes = [(np.shape(x), np.asarray(x).dtype) for x in inputs]
         assert split.output_shapes(shapes) == whole.output_shapes(shapes)
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_sliced_quantized_matmuls_loop_over_the_stored_weights(no_folding, quantized_params, monkeypatch, weights):
+    """FULLY_CONNECTED weights converted in slices (ops.matmul.CONVERTED_WEIGHT_CHUNK_BYTES) are read from the
+    stored parameter inside one XLA loop (slices of LOOPED_SLICE_BYTES, then a tail), not one kernel per
+    slice: the same values as slice by slice (to float rounding), and the reference's."""
+    from litegpu.ops import matmul
+
+    monkeypatch.setattr(matmul, "CONVERTED_WEIGHT_CHUNK_BYTES", 48 << 10)  # 15 slices of a 704 x 256 matrix
+    monkeypatch.setattr(matmul, "LOOPED_SLICE_BYTES", 40 << 10)  # 14 to 40 rows a slice, then a tail
+    model = dm.build_decoder(_config(weights, layers=2))
+    state = xla.XlaState(model, xla.device_for("cpu"))
+    for key in ("prefill", "decode"):
+        looped, index, inputs, lowered, _ = _compile(model, key, state)
+        assert "stablehlo.while" in lowered.as_text()
+        with monkeypatch.context() as m:
+            m.setattr(xla._XlaRunner, "stored_weight", lambda self, sg, index: None)
+            sliced, _, _, chained, _ = _compile(model, key, state)
+        assert "stablehlo.while" not in chained.as_text()
+        for got, want in zip(looped.run(inputs), sliced.run(inputs)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+        _check_against_reference(model, looped, index, inputs)

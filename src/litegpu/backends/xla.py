@@ -36,7 +36,7 @@ from ..format.file import release_file_pages
 from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtype
 from ..ir.dtypes import SUB_BYTE_BITS
 from ..ops import Target
-from ..ops.common import opaque_zero, tie_to
+from ..ops.common import opaque_zero, tie_to, unpack_sub_byte
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
 from .memory import check_fits, is_out_of_memory, needed_bytes, out_of_memory
 
@@ -173,13 +173,8 @@ def _placed_weight(jax: Any, source: np.ndarray, value: np.ndarray, device: Any)
 
 def _unpack_sub_byte(jnp: Any, packed: Any, t: Tensor) -> Any:
     """``ir.dtypes.unpack_sub_byte`` in the program: element i in the low bits first."""
-    bits = SUB_BYTE_BITS[t.dtype]
-    shifts = jnp.arange(0, 8, bits, dtype=jnp.uint8)
-    values = ((packed[:, None] >> shifts[None, :]) & jnp.uint8((1 << bits) - 1)).reshape(-1)[:t.num_elements]
-    if t.dtype.startswith("uint"):
-        return values.reshape(t.shape)
-    sign = jnp.int8(1 << (bits - 1))
-    return ((values.astype(jnp.int8) ^ sign) - sign).reshape(t.shape)
+    values = unpack_sub_byte(jnp, packed, SUB_BYTE_BITS[t.dtype], signed=not t.dtype.startswith("uint"))
+    return values.reshape(-1)[:t.num_elements].reshape(t.shape)
 
 
 def _quantization_tensors(t: Tensor) -> list[int]:
@@ -365,6 +360,11 @@ class _XlaRunner(_PolicyRunner):
         if t.dtype == "float32" and self.compute != self.storage and param.dtype == self.storage:
             param = param.astype(self.compute)
         return param
+
+    def stored_weight(self, sg: Subgraph, index: int) -> Any:
+        """The device parameter of a weight as stored (``ops.common.stored_weight``); None when ``index`` is
+        no parameter, or the weights are split over devices (a loop over a split axis would gather it)."""
+        return None if self.state.mesh is not None else self._param(sg, index)
 
     def read_constant(self, sg: Subgraph, index: int) -> Any:
         """A constant that an op reads outside its inputs (``ops.common.constant_tensor``)."""

@@ -80,6 +80,29 @@ def constant_tensor(ctx: Any, index: int) -> Any:
     return ctx.subgraph.tensors[index].data
 
 
+def stored_weight(ctx: Any, i: int) -> Any:
+    """Input ``i`` as the XLA CPU backend stores it when it is a weight parameter (int4 still packed two
+    values a byte, nothing converted), for kernels that convert it slice by slice inside a loop; None
+    elsewhere (numpy, GPUs, weights split over devices, values that are not parameters)."""
+    reader = getattr(ctx.backend, "stored_weight", None)
+    index = ctx.op.inputs[i] if i < len(ctx.op.inputs) else -1
+    if reader is None or index < 0 or getattr(ctx.target, "name", "") != "XLA_CPU":
+        return None
+    return reader(ctx.subgraph, index)
+
+
+def unpack_sub_byte(xp: Any, packed: Any, bits: int, signed: bool) -> Any:
+    """Values of ``bits`` bits packed along the last axis of uint8 ``packed`` (element i in the low bits
+    first, as TFLite packs int4): the last axis grows by 8 / bits; sign-extended when ``signed``."""
+    shifts = xp.arange(0, 8, bits, dtype=xp.uint8)
+    values = ((packed[..., None] >> shifts) & xp.uint8((1 << bits) - 1)).reshape(
+        *packed.shape[:-1], packed.shape[-1] * (8 // bits))
+    if not signed:
+        return values
+    sign = xp.int8(1 << (bits - 1))
+    return (values.astype(xp.int8) ^ sign) - sign
+
+
 def opaque_zero(xp: Any, lax: Any, x: Any) -> Any:
     """A float32 -0.0 that XLA computes from the first element of ``x`` and cannot fold away, so
     what reads it runs after ``x`` exists.  y + (-0.0) == y for every float y (-0.0 and NaN

@@ -22,14 +22,17 @@ int32 dot product is scaled back with row_scale * weight_scale in float32
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from typing import Any
 
 import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as q
-from .common import applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, tie_to
+from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero,
+                     stored_weight, tie_to, unpack_sub_byte)
 from .registry import Op, OpContext, register
 
 
@@ -158,6 +161,54 @@ def _chained_products(xp: Any, lax: Any, spans: list[tuple[int, int]], product: 
     return pieces[0] if len(pieces) == 1 else xp.concatenate(pieces, axis=-1)
 
 
+# Weights that XLA CPU holds as parameters are converted inside a loop in slices of this many bytes
+# converted (measured on a 4-layer width-4096 int4 decoder's decode step, median of 6: 2 MiB 516 ms,
+# 8 MiB 397 ms, 32 MiB 440 ms; one kernel per 32 MiB slice 401 ms).
+LOOPED_SLICE_BYTES = 8 << 20
+
+
+def _stored_rows(ctx: OpContext, w: Any) -> Any:
+    """For FULLY_CONNECTED weights [units, depth] of int8 or int4 that XLA CPU holds as a parameter:
+    ``rows(start, size, after)``, int8 rows [size, depth] read from the stored parameter (a dynamic slice,
+    int4 unpacked; tied to ``after``), for ``_looped_products``; else None."""
+    stored, t = stored_weight(ctx, 1), ctx.input(1)
+    if stored is None or w.ndim != 2 or t.dtype not in ("int8", "int4"):
+        return None
+    units, depth = w.shape
+    lax, xp = ctx.lax, ctx.xp
+    if t.dtype == "int8":
+        matrix = stored.reshape(units, depth)
+        return lambda start, size, after: tie_to(xp, lax, lax.dynamic_slice_in_dim(matrix, start, size, 0), after)
+    if depth % 2:  # a row would not start on a byte
+        return None
+    packed = stored.reshape(units, depth // 2)
+    return lambda start, size, after: unpack_sub_byte(
+        xp, tie_to(xp, lax, lax.dynamic_slice_in_dim(packed, start, size, 0), after), 4, True)
+
+
+def _looped_products(xp: Any, lax: Any, lead: tuple, units: int, depth: int, dtype: Any, product: Any) -> Any:
+    """[*lead, units] of ``product(start, size, after)`` ([*lead, size]: the outputs of units start ..
+    start+size) over slices of about LOOPED_SLICE_BYTES of float32 weights, as one XLA loop, then the
+    tail, whose weights are tied to ``after`` (made from the loop's result: else XLA converts them at the
+    program's start).  Against one kernel per slice (``_chained_products``), XLA compiles one loop body:
+    big models keep far smaller executables and need less memory to compile them (a 3-layer width-4096
+    int4 decoder: decode temporaries 96 -> 9 MiB, executables about half).  The price, in decode steps
+    (one row): XLA CPU runs the looped matrix-vector products up to 1.3x slower (BENCHMARKS.md, issue 18)."""
+    step = max(1, min(units, LOOPED_SLICE_BYTES // (4 * depth)))
+    count, tail = divmod(units, step)
+    axis = len(lead)
+
+    def body(i: Any, out: Any) -> Any:
+        start = i * step
+        return lax.dynamic_update_slice_in_dim(out, product(start, step, None), start, axis)
+
+    out = lax.fori_loop(0, count, body, xp.zeros((*lead, units), dtype))
+    if tail:
+        last = product(count * step, tail, opaque_zero(xp, lax, out))
+        out = lax.dynamic_update_slice_in_dim(out, last, count * step, axis)
+    return out
+
+
 # --- integer arithmetic shared by both ops -------------------------------------------
 
 def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
@@ -177,7 +228,10 @@ def _integer_dot(xp: Any, ctx: OpContext, a: Any, b: Any, wide: bool) -> Any:
 # Integers up to 2^24 are exact in float32: a dot of 8-bit values whose every partial sum stays below
 # that gives the exact integer whatever the summation order, so it can run as a float32 GEMM.
 FLOAT32_EXACT_INTEGERS = 1 << 24
-_FLOAT_EXACT_SPANS: dict[tuple, list[tuple[int, int]] | None] = {}
+# (id of the weights' buffer array) -> (a weak reference to it, {(shape, dtype, input bound): spans}):
+# per buffer, so that signatures sharing a weight (prefill, decode) check it once; the weak reference
+# tells a live buffer from a new one that got a freed one's id.
+_FLOAT_EXACT_SPANS: dict[int, tuple[Any, dict]] = {}
 
 
 def float32_exact_depth_spans(t: Any, input_bound: int) -> list[tuple[int, int]] | None:
@@ -186,10 +240,15 @@ def float32_exact_depth_spans(t: Any, input_bound: int) -> list[tuple[int, int]]
     own values: the sum of |w| per unit and span); None when ``t`` is not such a constant."""
     if t is None or t.raw is None or t.raw.size == 0 or t.dtype not in ("int8", "uint8") or len(t.shape) != 2:
         return None
-    key = (id(t), t.raw.ctypes.data, tuple(t.shape), input_bound)
-    if key not in _FLOAT_EXACT_SPANS:
-        _FLOAT_EXACT_SPANS[key] = _exact_spans(np.asarray(t.data), input_bound)
-    return _FLOAT_EXACT_SPANS[key]
+    entry = _FLOAT_EXACT_SPANS.get(id(t.raw))
+    if entry is None or entry[0]() is not t.raw:
+        entry = (weakref.ref(t.raw), {})
+        _FLOAT_EXACT_SPANS[id(t.raw)] = entry
+        weakref.finalize(t.raw, _FLOAT_EXACT_SPANS.pop, id(t.raw), None)
+    key = (tuple(t.shape), t.dtype, input_bound)
+    if key not in entry[1]:
+        entry[1][key] = _exact_spans(np.asarray(t.data), input_bound)
+    return entry[1][key]
 
 
 def _exact_spans(data: np.ndarray, input_bound: int) -> list[tuple[int, int]] | None:
@@ -204,10 +263,14 @@ def _exact_spans(data: np.ndarray, input_bound: int) -> list[tuple[int, int]] | 
 
 
 def _largest_abs_sum(data: np.ndarray, k0: int, k1: int) -> int:
+    """max over units of sum |w[unit, k0:k1]|, in blocks of about 4 MiB as int16 (|int8| <= 128): the
+    whole weight widened at once took up to 0.9 GiB for a 32000 x 4096 vocabulary projection."""
     worst = 0
-    for start in range(0, data.shape[0], 4096):  # in row blocks: a multi-GB weight is not widened whole
-        block = np.abs(data[start:start + 4096, k0:k1].astype(np.int32)).sum(axis=1, dtype=np.int64)
-        worst = max(worst, int(block.max(initial=0)))
+    rows = max(1, (4 << 20) // (2 * max(1, k1 - k0)))
+    for start in range(0, data.shape[0], rows):
+        block = data[start:start + rows, k0:k1].astype(np.int16)
+        np.abs(block, out=block)
+        worst = max(worst, int(block.sum(axis=1, dtype=np.int64).max(initial=0)))
     return worst
 
 
@@ -217,6 +280,15 @@ def _integer_fc_in_float32(xp: Any, ctx: OpContext, a: Any, w: Any, depth_spans:
     the int32 route widened the weights to int64 and int32 and transposed a copy every run."""
     a = computed_once(xp, ctx.lax, a).astype(xp.float32)
     spans = _unit_spans(w, 4, axis=0)
+    rows = _stored_rows(ctx, w) if len(spans) > 1 else None
+    if rows is not None:
+        def product(start: Any, size: int, after: Any) -> Any:
+            weights = rows(start, size, after).astype(xp.float32)
+            parts = [xp.matmul(a[..., k0:k1], weights[:, k0:k1].T, preferred_element_type=xp.float32
+                               ).astype(xp.int64) for k0, k1 in depth_spans]
+            return functools.reduce(lambda x, y: x + y, parts)
+
+        return _looped_products(xp, ctx.lax, a.shape[:-1], w.shape[0], w.shape[1], xp.int64, product)
     total = None
     for k0, k1 in depth_spans:
         part = _chained_products(xp, ctx.lax, spans, lambda start, stop, after: xp.matmul(
@@ -394,11 +466,12 @@ def _details_tensor(subgraph: Any, index: Any) -> Any:
 
 
 def _block_scales(ctx: OpContext, units: int, depth: int) -> tuple[int, Any]:
-    """(block size, float32 [units, blocks] scales) of the blockwise weights: numpy, or under XLA
-    the backend's value (a parameter, for big models: as a constant it would grow the program)."""
+    """(block size, float16 [units, blocks] scales) of the blockwise weights: numpy, or under XLA the
+    backend's value (a parameter, for big models: as a constant it would grow the program), converted to
+    float32 where used (converted here, XLA would convert all of them at the program's start)."""
     details = ctx.input(1).quantization.details
     block = int(details.block_size)
-    scales = constant_tensor(ctx, int(details.scales)).astype(np.float32)
+    scales = constant_tensor(ctx, int(details.scales))
     return block, scales.reshape(units, depth // block)
 
 
@@ -414,6 +487,7 @@ def _blockwise_fc_exact(ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.n
     then output = (output - zero_point * kfsum) * row_scale + bias."""
     units, depth = w.shape
     block, scales = _block_scales(ctx, units, depth)
+    scales = scales.astype(np.float32)
     quantized, row_scale, row_zp = q.quantize_rows(np, x, True)
     blocks = depth // block
     weights = w.astype(np.int64).reshape(units, blocks, block)
@@ -440,11 +514,24 @@ def _blockwise_fc_dequantized(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any
 
     def product(start: int, stop: int, after: Any) -> Any:
         weights = tie_to(xp, lax, xp.asarray(w)[start:stop], after).astype(xp.float32)
-        weights = weights.reshape(stop - start, depth // block, block) * xp.asarray(scales)[start:stop, :, None]
+        block_scales = tie_to(xp, lax, xp.asarray(scales)[start:stop], after).astype(xp.float32)
+        weights = weights.reshape(stop - start, depth // block, block) * block_scales[:, :, None]
         return lax.dot_general(centred, weights.reshape(stop - start, depth), (((1,), (1,)), ((), ())),
                                precision=lax.Precision.HIGHEST)
 
-    y = _chained_products(xp, lax, _unit_spans(w, 4), product)
+    def looped_product(start: Any, size: int, after: Any) -> Any:
+        weights = rows(start, size, after).astype(xp.float32).reshape(size, depth // block, block)
+        block_scales = tie_to(xp, lax, lax.dynamic_slice_in_dim(xp.asarray(scales), start, size, 0), after)
+        weights = weights * block_scales.astype(xp.float32)[:, :, None]
+        return lax.dot_general(centred, weights.reshape(size, depth), (((1,), (1,)), ((), ())),
+                               precision=lax.Precision.HIGHEST)
+
+    spans = _unit_spans(w, 4)
+    rows = _stored_rows(ctx, w) if len(spans) > 1 else None
+    if rows is not None:
+        y = _looped_products(xp, lax, centred.shape[:-1], units, depth, xp.float32, looped_product)
+    else:
+        y = _chained_products(xp, lax, spans, product)
     y = y * row_scale
     return y if bias is None else y + bias
 
