@@ -167,10 +167,23 @@ def _decode_feeds(step: int) -> dict:
             "input_pos": TensorBuffer(np.asarray([step], np.int32))}
 
 
-def _decode_steps(model, caches: dict, steps: int, in_place: bool) -> tuple[np.ndarray, list]:
-    """Logits of ``steps`` decode steps; with ``in_place`` each cache buffer is passed as input and output."""
-    logits, held = model.create_output_buffer_by_name("decode", "logits"), []
-    out = []
+@pytest.fixture
+def fresh_decoder(float_decoder):
+    """A new CompiledModel of the float decoder (nothing compiled yet), new cache buffers and a logits buffer."""
+    _, data, _ = float_decoder
+    model = litegpu.CompiledModel.from_buffer(data, litegpu.HardwareAccelerator.CPU)
+    return model, _new_caches(model), model.create_output_buffer_by_name("decode", "logits")
+
+
+def _new_caches(model) -> dict:
+    names = [n for n in model.get_input_tensor_details("decode") if n.startswith("kv_cache")]
+    return {n: model.create_input_buffer_by_name("decode", n) for n in names}
+
+
+def _decode_steps(model, caches: dict, logits, steps: int, in_place: bool) -> tuple[np.ndarray, list]:
+    """Logits of ``steps`` decode steps, and a cache array of each; with ``in_place`` each cache buffer is passed
+    as input and output, else each step writes new buffers."""
+    held, out = [], []
     for step in range(steps):
         new = caches if in_place else {n: model.create_output_buffer_by_name("decode", n) for n in caches}
         model.run_by_name("decode", {**_decode_feeds(step), **caches}, {"logits": logits, **new})
@@ -180,28 +193,22 @@ def _decode_steps(model, caches: dict, steps: int, in_place: bool) -> tuple[np.n
     return np.stack(out), held
 
 
-def test_a_cache_buffer_passed_in_and_out_is_updated_in_its_own_memory(float_decoder):
+def test_a_cache_buffer_passed_in_and_out_is_updated_in_its_own_memory(fresh_decoder):
     """The same TensorBuffer as input and output (a KV cache, as generate and LiteRT-LM pass it): the run
     consumes the old array (XLA donation) instead of holding both, with the same results."""
-    config, data, _ = float_decoder
-    model = litegpu.CompiledModel.from_buffer(data, litegpu.HardwareAccelerator.CPU)
-    names = [n for n in model.get_input_tensor_details("decode") if n.startswith("kv_cache")]
-    in_place, held = _decode_steps(model, {n: model.create_input_buffer_by_name("decode", n) for n in names}, 4, True)
-    separate, kept = _decode_steps(model, {n: model.create_input_buffer_by_name("decode", n) for n in names}, 4, False)
+    model, caches, logits = fresh_decoder
+    in_place, held = _decode_steps(model, caches, logits, 4, True)
+    separate, kept = _decode_steps(model, _new_caches(model), logits, 4, False)
     np.testing.assert_array_equal(in_place, separate)
     assert [a.is_deleted() for a in held] == [True, True, True, False]  # each consumed by the next step
     assert not any(a.is_deleted() for a in kept)
 
 
-def test_arrays_the_caller_holds_are_never_consumed(float_decoder):
+def test_arrays_the_caller_holds_are_never_consumed(fresh_decoder):
     """A jax array the caller wrote into a cache buffer, and a host view the caller read, stay intact."""
     import jax
 
-    config, data, _ = float_decoder
-    model = litegpu.CompiledModel.from_buffer(data, litegpu.HardwareAccelerator.CPU)
-    names = [n for n in model.get_input_tensor_details("decode") if n.startswith("kv_cache")]
-    caches = {n: model.create_input_buffer_by_name("decode", n) for n in names}
-    logits = model.create_output_buffer_by_name("decode", "logits")
+    model, caches, logits = fresh_decoder
     model.run_by_name("decode", {**_decode_feeds(0), **caches}, {"logits": logits, **caches})  # compiles, donating
     mine = {n: jax.device_put(b.read()) for n, b in caches.items()}
     for n, b in caches.items():
@@ -211,18 +218,14 @@ def test_arrays_the_caller_holds_are_never_consumed(float_decoder):
     assert not any(a.is_deleted() for a in mine.values())
     for n, a in mine.items():
         np.testing.assert_array_equal(np.asarray(a), expected[n])
-    view = caches[names[0]].read()  # a host copy: later runs never write into it
+    view = next(iter(caches.values())).read()  # a host copy: later runs never write into it
     before = view.copy()
     model.run_by_name("decode", {**_decode_feeds(2), **caches}, {"logits": logits, **caches})
     np.testing.assert_array_equal(view, before)
 
 
-def test_an_event_of_a_run_whose_outputs_a_later_run_consumed_still_waits(float_decoder):
-    config, data, _ = float_decoder
-    model = litegpu.CompiledModel.from_buffer(data, litegpu.HardwareAccelerator.CPU)
-    names = [n for n in model.get_input_tensor_details("decode") if n.startswith("kv_cache")]
-    caches = {n: model.create_input_buffer_by_name("decode", n) for n in names}
-    logits = model.create_output_buffer_by_name("decode", "logits")
+def test_an_event_of_a_run_whose_outputs_a_later_run_consumed_still_waits(fresh_decoder):
+    model, caches, logits = fresh_decoder
     events = [model.run_async("decode", {**_decode_feeds(s), **caches}, {"logits": logits, **caches})
               for s in range(3)]
     assert all(e.wait() for e in events) and all(e.is_ready() for e in events)

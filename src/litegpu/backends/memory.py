@@ -45,28 +45,28 @@ def needed_bytes(compiled: Any, host_argument_bytes: int = 0) -> int | None:
     return max(0, temp) + max(0, output) + host_argument_bytes
 
 
-def _meminfo() -> dict[str, int]:
+def _kilobyte_fields(path: str) -> dict[str, int]:
+    """The "Name:  N kB" lines of a /proc file, in bytes ({} where it cannot be read)."""
     found = {}
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
                 key, _, rest = line.partition(":")
-                found[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    found[key] = int(parts[0]) * 1024
+    except (OSError, ValueError):
         pass
     return found
 
 
+def _meminfo() -> dict[str, int]:
+    return _kilobyte_fields("/proc/meminfo")
+
+
 def _mapped_bytes() -> int | None:
     """This process's mapped address space (VmSize), which RLIMIT_AS bounds."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return _kilobyte_fields("/proc/self/status").get("VmSize")
 
 
 def _cgroup_room() -> int | None:
