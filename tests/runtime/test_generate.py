@@ -229,3 +229,29 @@ def test_an_event_of_a_run_whose_outputs_a_later_run_consumed_still_waits(fresh_
     events = [model.run_async("decode", {**_decode_feeds(s), **caches}, {"logits": logits, **caches})
               for s in range(3)]
     assert all(e.wait() for e in events) and all(e.is_ready() for e in events)
+
+
+def test_a_buffer_whose_in_place_run_failed_says_so(fresh_decoder, monkeypatch):
+    """A run that consumed a cache buffer and then failed leaves it without data: reading it is a clear error, and
+    writing new data makes it usable again."""
+    model, caches, logits = fresh_decoder
+    model.run_by_name("decode", {**_decode_feeds(0), **caches}, {"logits": logits, **caches})
+    backend = model._backend(model._signature("decode"))
+    original = backend._call
+
+    def consume_then_fail(executable, args, consumed):
+        for i in consumed:
+            args[i].delete()
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(backend, "_call", consume_then_fail)
+    with pytest.raises(RuntimeError, match="injected"):
+        model.run_by_name("decode", {**_decode_feeds(1), **caches}, {"logits": logits, **caches})
+    buffer = next(iter(caches.values()))
+    with pytest.raises(litegpu.TensorBufferError, match="failed after taking it"):
+        buffer.read()
+    monkeypatch.setattr(backend, "_call", original)
+    for b in caches.values():
+        b.write(np.zeros(b.shape, b.dtype))
+    model.run_by_name("decode", {**_decode_feeds(0), **caches}, {"logits": logits, **caches})
+    assert np.isfinite(logits.read()).all()

@@ -143,7 +143,12 @@ class TensorBuffer:
 
     def _current(self) -> Any:
         self._check_open()
-        return self._pending if self._pending is not None else self._array
+        array = self._pending if self._pending is not None else self._array
+        if self._from_run and getattr(array, "is_deleted", None) is not None and array.is_deleted():
+            # consumed by a run that took this buffer as input and output (_consumable) and then failed
+            raise TensorBufferError(f"{self._what()} has no data: the run that was to update it in place failed "
+                                    "after taking it; write new data (a KV cache: start the sequence again)")
+        return array
 
     # ---- data -------------------------------------------------------------------------------
     def write(self, data_array: Any) -> None:
