@@ -192,8 +192,8 @@ def _looped_products(xp: Any, lax: Any, lead: tuple, units: int, depth: int, dty
     tail, whose weights are tied to ``after`` (made from the loop's result: else XLA converts them at the
     program's start).  Against one kernel per slice (``_chained_products``), XLA compiles one loop body:
     big models keep far smaller executables and need less memory to compile them (a 3-layer width-4096
-    int4 decoder: decode temporaries 96 -> 9 MiB, executables about half).  The price, in decode steps
-    (one row): XLA CPU runs the looped matrix-vector products up to 1.3x slower (BENCHMARKS.md, issue 18)."""
+    int4 decoder: decode temporaries 96 -> 9 MiB, executables about half), and runs about as fast
+    (BENCHMARKS.md, issue 18)."""
     step = max(1, min(units, LOOPED_SLICE_BYTES // (4 * depth)))
     count, tail = divmod(units, step)
     axis = len(lead)
