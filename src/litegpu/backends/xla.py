@@ -596,6 +596,11 @@ def _release_freed_memory() -> None:
         pass
 
 
+def _split_donated(args: Sequence[Any], donated: tuple[int, ...]) -> tuple[list, list]:
+    """(the arguments with None where donated, the donated ones): ``XlaBackend._trace_consuming``'s inputs."""
+    return [None if i in donated else a for i, a in enumerate(args)], [args[i] for i in donated]
+
+
 def _shape_key(arrays: Sequence[Any]) -> tuple:
     # dtype objects, not their names: str(dtype) is python code in numpy, measurable per run on tiny models
     return tuple((tuple(np.shape(a)), a.dtype) for a in arrays)
@@ -622,7 +627,6 @@ class XlaBackend:
         self.device = state.device if state is not None else device_for(platform)
         self.target = Target.XLA_GPU if platform == "gpu" else Target.XLA_CPU
         self.state = state if state is not None else XlaState(model, self.device, self.policy.storage_dtype)
-        self.compiled_shapes: set[tuple] = set()
         self._shapes: dict[tuple, list[tuple[tuple[int, ...], np.dtype]]] = {}
         # Every argument placed on the device: without shardings, jit compiles again when a run's
         # inputs are committed device arrays (the previous run's outputs: a KV cache) where the first
@@ -677,14 +681,20 @@ class XlaBackend:
 
     @functools.cached_property
     def _last_reads(self) -> list[set[int]]:
-        """Per part, the tensors it reads once and no later part reads (nor the subgraph returns)."""
+        """Per part, the tensors that no later part reads (nor the subgraph returns).  A part's inputs are
+        distinct tensors (``graph.split_ops``)."""
         last: dict[int, int] = {}
         for j, part in enumerate(self._parts):
             for t in part.op_range.inputs:
                 last[t] = j
         outputs = set(self.subgraph.outputs)
-        return [{t for t in part.op_range.inputs if last[t] == j and t not in outputs
-                 and list(part.op_range.inputs).count(t) == 1} for j, part in enumerate(self._parts)]
+        return [{t for t in part.op_range.inputs if last[t] == j and t not in outputs}
+                for j, part in enumerate(self._parts)]
+
+    @property
+    def compiled_shapes(self) -> set[tuple]:
+        """The argument shapes (and variable shapes) compiled so far: one executable each."""
+        return set(self._by_shape)
 
     @staticmethod
     def storage_dtype(precision: Any) -> np.dtype:
@@ -843,8 +853,7 @@ class XlaBackend:
     def _call(self, executable: Any, args: list[Any], consumed: tuple[int, ...]) -> tuple[list, dict]:
         if not consumed:
             return executable(self.params, self.variables, args)
-        kept = [None if i in consumed else a for i, a in enumerate(args)]
-        return executable(self.params, self.variables, kept, [args[i] for i in consumed])
+        return executable(self.params, self.variables, *_split_donated(args, consumed))
 
     def _first_run(self, shapes: tuple, args: list[Any], consumed: tuple[int, ...] = ()) -> list[Any]:
         """Compile, check that a run fits in memory (``backends.memory``), run and wait: an allocation
@@ -864,7 +873,6 @@ class XlaBackend:
         except Exception as e:
             raise (out_of_memory(e, self.where, doing) if is_out_of_memory(e) else e) from e
         self.variables = variables
-        self.compiled_shapes.add(shapes)
         self._by_shape[shapes] = (executable, consumed)
         if (needed_bytes(executable) or 0) >= TRIM_BEFORE_RUN_BYTES:
             self._big_runs.add(shapes)
@@ -875,11 +883,9 @@ class XlaBackend:
         """The program compiled for these arguments, with ``CPU_COMPILER_OPTIONS`` on the CPU (a jaxlib
         that does not know one of them compiles without them)."""
         if consumed:
-            kept = [None if i in consumed else a for i, a in enumerate(args)]
             with warnings.catch_warnings():  # a donated input no output can take (another shape) is just kept
                 warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-                lowered = self._consuming_program.lower(self.params, self.variables, kept,
-                                                        [args[i] for i in consumed])
+                lowered = self._consuming_program.lower(self.params, self.variables, *_split_donated(args, consumed))
         else:
             lowered = self._program.lower(self.params, self.variables, args)
         options = CPU_COMPILER_OPTIONS if self.platform == "cpu" and CPU_COMPILER_OPTIONS else None

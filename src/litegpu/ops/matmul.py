@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import weakref
 from typing import Any
 
@@ -279,23 +280,20 @@ def _integer_fc_in_float32(xp: Any, ctx: OpContext, a: Any, w: Any, depth_spans:
     GEMM per depth span (contracting w's own last axis: no transposed copy), summed as int64.  On XLA CPU
     the int32 route widened the weights to int64 and int32 and transposed a copy every run."""
     a = computed_once(xp, ctx.lax, a).astype(xp.float32)
+
+    def summed_over_depth_spans(weights: Any) -> Any:  # int8 [n, depth] -> int64 [..., n]
+        weights = weights.astype(xp.float32)
+        return functools.reduce(operator.add, [xp.matmul(a[..., k0:k1], weights[:, k0:k1].T,
+                                                         preferred_element_type=xp.float32).astype(xp.int64)
+                                               for k0, k1 in depth_spans])
+
     spans = _unit_spans(w, 4, axis=0)
     rows = _stored_rows(ctx, w) if len(spans) > 1 else None
     if rows is not None:
-        def product(start: Any, size: int, after: Any) -> Any:
-            weights = rows(start, size, after).astype(xp.float32)
-            parts = [xp.matmul(a[..., k0:k1], weights[:, k0:k1].T, preferred_element_type=xp.float32
-                               ).astype(xp.int64) for k0, k1 in depth_spans]
-            return functools.reduce(lambda x, y: x + y, parts)
-
-        return _looped_products(xp, ctx.lax, a.shape[:-1], w.shape[0], w.shape[1], xp.int64, product)
-    total = None
-    for k0, k1 in depth_spans:
-        part = _chained_products(xp, ctx.lax, spans, lambda start, stop, after: xp.matmul(
-            a[..., k0:k1], tie_to(xp, ctx.lax, w[start:stop, k0:k1], after).astype(xp.float32).T,
-            preferred_element_type=xp.float32)).astype(xp.int64)
-        total = part if total is None else total + part
-    return total
+        return _looped_products(xp, ctx.lax, a.shape[:-1], w.shape[0], w.shape[1], xp.int64,
+                                lambda start, size, after: summed_over_depth_spans(rows(start, size, after)))
+    return _chained_products(xp, ctx.lax, spans, lambda start, stop, after: summed_over_depth_spans(
+        tie_to(xp, ctx.lax, w[start:stop], after)))
 
 
 def _zero_point(t: Any) -> int:
@@ -512,19 +510,21 @@ def _blockwise_fc_dequantized(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any
     centred = (quantized - row_zp).astype(xp.float32)
     lax = ctx.lax
 
-    def product(start: int, stop: int, after: Any) -> Any:
-        weights = tie_to(xp, lax, xp.asarray(w)[start:stop], after).astype(xp.float32)
-        block_scales = tie_to(xp, lax, xp.asarray(scales)[start:stop], after).astype(xp.float32)
-        weights = weights.reshape(stop - start, depth // block, block) * block_scales[:, :, None]
-        return lax.dot_general(centred, weights.reshape(stop - start, depth), (((1,), (1,)), ((), ())),
+    def dequantized_dot(weights: Any, block_scales: Any) -> Any:
+        """centred @ (int weights [n, depth] times their [n, blocks] scales).T"""
+        n = weights.shape[0]
+        weights = weights.astype(xp.float32).reshape(n, depth // block, block) * \
+            block_scales.astype(xp.float32)[:, :, None]
+        return lax.dot_general(centred, weights.reshape(n, depth), (((1,), (1,)), ((), ())),
                                precision=lax.Precision.HIGHEST)
 
+    def product(start: int, stop: int, after: Any) -> Any:
+        return dequantized_dot(tie_to(xp, lax, xp.asarray(w)[start:stop], after),
+                               tie_to(xp, lax, xp.asarray(scales)[start:stop], after))
+
     def looped_product(start: Any, size: int, after: Any) -> Any:
-        weights = rows(start, size, after).astype(xp.float32).reshape(size, depth // block, block)
-        block_scales = tie_to(xp, lax, lax.dynamic_slice_in_dim(xp.asarray(scales), start, size, 0), after)
-        weights = weights * block_scales.astype(xp.float32)[:, :, None]
-        return lax.dot_general(centred, weights.reshape(size, depth), (((1,), (1,)), ((), ())),
-                               precision=lax.Precision.HIGHEST)
+        return dequantized_dot(rows(start, size, after),
+                               tie_to(xp, lax, lax.dynamic_slice_in_dim(xp.asarray(scales), start, size, 0), after))
 
     spans = _unit_spans(w, 4)
     rows = _stored_rows(ctx, w) if len(spans) > 1 else None
