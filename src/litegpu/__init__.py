@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "CpuKernelMode", "CpuOptions",
     "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
-    "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType", "OutOfMemoryError",
-    "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
+    "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
+    "OutOfMemoryError", "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
     "WriteError", "errors", "generate", "generate_stream", "LitertLmBundle",
 ]

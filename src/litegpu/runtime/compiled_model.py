@@ -614,6 +614,8 @@ class CompiledModel:
         if isinstance(inputs, Mapping):
             inputs = [inputs.get(n) for n in s.input_names]
         written = {id(b) for b in outputs}
+        if not any(id(b) in written for b in inputs):  # the usual run: nothing more to check per call
+            return []
         once = collections.Counter(id(b) for b in inputs)
         return [i for i, b in enumerate(inputs) if isinstance(b, TensorBuffer) and id(b) in written
                 and once[id(b)] == 1 and b._consumable()]
