@@ -15,3 +15,17 @@ def shared_models() -> Path:
     if not SHARED_MODELS.is_dir():
         pytest.skip(f"shared models not found at {SHARED_MODELS}")
     return SHARED_MODELS
+
+
+@pytest.fixture
+def without_litert(monkeypatch):
+    """The fast CPU path without the official interpreter (OpenVINO and XLA only): for tests about how
+    OpenVINO and XLA share a model, which the official interpreter would otherwise take whole."""
+    from litegpu.backends import engine
+
+    original = engine.fast_cpu_engines
+
+    def without(*args, **kwargs):
+        return {name: e for name, e in original(*args, **kwargs).items() if name != "litert"}
+
+    monkeypatch.setattr(engine, "fast_cpu_engines", without)

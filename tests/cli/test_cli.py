@@ -309,7 +309,7 @@ def test_doctor_lists_engines_and_devices(capsys):
     code, out, _ = run_cli(capsys, "doctor", "--json")
     info = json.loads(out)
     engines = {e["engine"]: e for e in info["engines"]}
-    assert code == 0 and set(engines) == {"openvino", "xla", "reference"}
+    assert code == 0 and set(engines) == {"litert", "openvino", "xla", "reference"}
     assert engines["reference"]["available"] and engines["xla"]["available"]
     assert info["devices"][0]["device"] == "CPU"
     code, out, _ = run_cli(capsys, "doctor")

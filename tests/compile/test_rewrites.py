@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from oracle import assert_close, check_op_model, random_input, run_official
 
-from litegpu import CompiledModel, HardwareAccelerator
+from litegpu import CompiledModel, CpuKernelMode, CpuOptions, HardwareAccelerator, Options
 from litegpu.compile.rewrites import rewrite_for_xla
 from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder
@@ -109,7 +109,8 @@ def test_step_write_becomes_a_dynamic_update_slice_with_the_official_results(axi
     assert_close(check_op_model(rewritten, inputs)[0], expected[0], 0, 0, "the rewritten model, officially")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback to the reference backend
-        compiled = CompiledModel.from_model(model, hardware_accel=HardwareAccelerator.CPU)
+        compiled = CompiledModel.from_model(model, options=Options(HardwareAccelerator.CPU, cpu_options=CpuOptions(
+            kernel_mode=CpuKernelMode.BUILTIN)))
     assert compiled.plan.target is Target.XLA_CPU
     assert_close(compiled(*inputs), expected[0], 1e-5, 1e-5, "CompiledModel on XLA")
     assert compiled.model is model  # the reference side and the API keep the original

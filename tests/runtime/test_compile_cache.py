@@ -135,7 +135,7 @@ def test_two_processes_starting_together_on_an_empty_cache(tmp_path):
 openvino = pytest.importorskip("openvino")
 
 
-def test_openvino_second_start_hits_and_gives_same_result(tmp_path):
+def test_openvino_second_start_hits_and_gives_same_result(tmp_path, without_litert):
     path = small_model(tmp_path / "m.tflite")
     first = run_once(path, tmp_path / "c", kernel_mode=FAST)
     filled = entries(tmp_path / "c")
@@ -146,7 +146,7 @@ def test_openvino_second_start_hits_and_gives_same_result(tmp_path):
 
 
 @pytest.mark.parametrize("change", ["model", "cpu_precision", "threads", "shape", "token"])
-def test_openvino_any_change_misses(tmp_path, change):
+def test_openvino_any_change_misses(tmp_path, change, without_litert):
     path = small_model(tmp_path / "m.tflite", dynamic=True)
     run_once(path, tmp_path / "c", kernel_mode=FAST)
     before = set(entries(tmp_path / "c"))

@@ -187,7 +187,7 @@ def test_compiled_model_runs_a_split_plan_through_its_buffers():
     cm.close()
 
 
-def test_gpu_cpu_without_a_gpu_runs_all_on_cpu_with_one_warning():
+def test_gpu_cpu_without_a_gpu_runs_all_on_cpu_with_one_warning(without_litert):
     from litegpu.ir.save import to_bytes
 
     if "gpu" in lg.Environment.platforms():

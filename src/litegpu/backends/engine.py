@@ -151,8 +151,97 @@ def _op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: 
     return found
 
 
+def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: Any = None,
+                     cache_key: dict | None = None, whole_file: bool = True) -> dict[str, Engine]:
+    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has:
+    the official interpreter and OpenVINO, holding the model's compile cache.  ``file`` is the model's
+    file; ``whole_file`` says the model planned is that file as it is (OpenVINO then reads a whole-model
+    partition from it; the official interpreter always runs the file, a rewrite changes nothing it sees)."""
+    from .litert import LiteRtEngine
+    from .openvino import OpenVinoEngine
+
+    found: dict[str, Engine] = {}
+    for candidate in (LiteRtEngine(settings, file=file, cache=cache, cache_key=cache_key),
+                      OpenVinoEngine(cache=cache, cache_key=cache_key, settings=settings,
+                                     file=file if whole_file else None)):
+        if candidate.available():
+            found[candidate.name] = candidate
+    return found
+
+
+def cpu_name() -> str:
+    """The CPU's model name (a timing verdict holds for one kind of CPU)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def sample_inputs(model: Model, op_range: OpRange, seed: int = 0) -> list[Any]:
+    """Inputs to time a partition with: floats drawn from a normal distribution, integers and booleans
+    zero (always a valid index, token or length)."""
+    import numpy as np
+
+    from ..ir import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    sg = model.subgraphs[op_range.subgraph]
+    arrays = []
+    for t in op_range.inputs:
+        tensor = sg.tensors[t]
+        dtype = np.dtype(numpy_dtype(tensor.dtype))
+        shape = tuple(int(d) for d in tensor.shape)
+        arrays.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype))
+    return arrays
+
+
+def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
+            min_rounds: int = 3, max_rounds: int = 30) -> tuple[str, dict[str, float]]:
+    """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
+    run in turn (a model's entry subgraphs); candidates alternate round by round, each round's order
+    rotated, until ``budget_s`` is spent (at least ``min_rounds``), after one warm-up run each.  A candidate
+    whose warm-up raises drops out.  Returns (name, median seconds per round of every candidate that ran)."""
+    import statistics
+    import time
+
+    def run_all(runs: list[tuple[Executable, list[Any]]]) -> None:
+        for executable, inputs in runs:
+            for result in executable.run(inputs):
+                getattr(result, "block_until_ready", lambda: None)()
+
+    alive = {}
+    for name, runs in candidates.items():
+        try:
+            run_all(runs)
+            alive[name] = runs
+        except Exception:  # noqa: BLE001  (an engine that cannot run it is simply not the fastest)
+            continue
+    if not alive:
+        from ..errors import ModelExecutionError
+
+        raise ModelExecutionError(f"no engine could run the model to time it ({', '.join(candidates)})")
+    times: dict[str, list[float]] = {name: [] for name in alive}
+    order = list(alive)
+    deadline = time.perf_counter() + budget_s
+    for rounds in range(max_rounds):
+        if rounds >= min_rounds and time.perf_counter() > deadline:
+            break
+        for name in order[rounds % len(order):] + order[:rounds % len(order)]:
+            start = time.perf_counter()
+            run_all(alive[name])
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return min(medians, key=medians.__getitem__), medians
+
+
 def engine(name: str) -> Engine:
-    """The engine called ``name`` ("openvino", "xla", "reference")."""
+    """The engine called ``name`` ("litert", "openvino", "xla", "reference")."""
     if name not in ENGINES:
         from ..errors import InvalidArgumentError
 
@@ -166,6 +255,13 @@ def _openvino() -> Engine:
     return OpenVinoEngine()
 
 
-ENGINES = {"openvino": _openvino, "xla": XlaCpuEngine, "reference": ReferenceEngine}
+def _litert() -> Engine:
+    from .litert import LiteRtEngine
 
-__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "ReferenceEngine", "XlaCpuEngine", "engine"]
+    return LiteRtEngine()
+
+
+ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "reference": ReferenceEngine}
+
+__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "ReferenceEngine", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest",
+           "sample_inputs"]

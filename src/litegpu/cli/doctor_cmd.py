@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import platform
 from typing import Any
 
 from .common import console, titled_table
 
 # What each engine runs in litegpu, and how to get it when it is missing.
 ENGINE_ROLES = {
+    "litert": ("CPU: whole small and integer models, where XNNPACK is the fastest engine (the default fast path)",
+               'pip install ai-edge-litert'),
     "openvino": ("CPU: the float ops OpenVINO converts (the default fast path)", 'pip install openvino'),
     "xla": ("GPU (CUDA, ROCm) and CPU: every op, exact TFLite integer kernels, state, control flow",
             'pip install jax  (GPU: pip install "litegpu[cuda12]" for NVIDIA, jax[rocm] for AMD)'),
@@ -38,7 +39,9 @@ def engine_report() -> list[dict[str, Any]]:
 
 
 def device_report() -> list[dict[str, Any]]:
-    rows = [{"device": "CPU", "detail": _cpu_name(), "engines": "openvino, xla, reference"}]
+    from ..backends.engine import cpu_name
+
+    rows = [{"device": "CPU", "detail": cpu_name(), "engines": "litert, openvino, xla, reference"}]
     try:
         import jax
 
@@ -53,16 +56,6 @@ def device_report() -> list[dict[str, Any]]:
                      "install": 'NVIDIA: pip install "litegpu[cuda12]"; AMD: pip install "jax[rocm]" (JAX\'s ROCm '
                                 "build); Intel GPUs are not supported yet"})
     return rows
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run(args: Any) -> int:

@@ -211,9 +211,15 @@ def accelerator_flags(spec: str) -> int:
 
 
 def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
+    import os
+
+    from ..backends.engine import EngineSettings, fast_cpu_engines
     from ..compile import plan
 
-    p = plan(model, flags, warn=False, cpu_kernels=cpu_kernels)
+    # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
+    engines = fast_cpu_engines(EngineSettings(), model.source if os.path.isfile(model.source) else None) \
+        if cpu_kernels == "fast" else None
+    p = plan(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines)
     partitions = [{
         "index": k, "accelerator": q.device, "engine": q.engine, "backend": q.target.value,
         "subgraph": q.subgraph_index,

@@ -47,8 +47,9 @@ class Accelerator(enum.IntFlag):
 
 
 CPU, GPU, NPU = Accelerator.CPU, Accelerator.GPU, Accelerator.NPU
-ENGINE_TITLES = {"xla": "XLA", "openvino": "OpenVINO", "reference": "the numpy reference"}
-ENGINE_NAMES = {Target.XLA_GPU: "xla", Target.XLA_CPU: "xla", Target.OPENVINO: "openvino", Target.REFERENCE: "reference"}
+ENGINE_TITLES = {"xla": "XLA", "openvino": "OpenVINO", "litert": "LiteRT (XNNPACK)", "reference": "the numpy reference"}
+ENGINE_NAMES = {Target.XLA_GPU: "xla", Target.XLA_CPU: "xla", Target.OPENVINO: "openvino", Target.LITERT: "litert",
+                Target.REFERENCE: "reference"}
 _NAMES = {CPU: "CPU", GPU: "GPU", NPU: "NPU"}
 # Ops that read or write resource variables: their state lives in one backend, so such models stay whole.
 _VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
@@ -88,7 +89,7 @@ class Partition:
     """
 
     accelerator: Accelerator
-    target: Target              # XLA_GPU, XLA_CPU, OPENVINO or REFERENCE
+    target: Target              # XLA_GPU, XLA_CPU, OPENVINO, LITERT or REFERENCE
     subgraph_index: int
     op_indices: tuple[int, ...]
     reasons: tuple[UnsupportedOp, ...] = ()
@@ -464,7 +465,10 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     ``cpu_kernels`` picks the CPU engines (``CpuOptions.kernel_mode``): "fast" gives each op OpenVINO
     where it converts it and the policy allows (``backends.openvino``), XLA otherwise; "builtin" keeps
     the exact TFLite kernels on XLA (integers bit for bit); "reference" runs the numpy interpreter.
-    ``engines`` may pass engine objects by name (an OpenVINO engine holding a compile cache).
+    With "fast", a whole model goes to the official interpreter (``backends.litert``) where that is faster
+    (``_litert_is_faster``).  ``engines`` passes the engine objects to use by name (holding the model's
+    compile cache; ``backends.engine.fast_cpu_engines``); None: OpenVINO if installed, not the official
+    interpreter (planning then times nothing).
 
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
@@ -496,7 +500,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
                                   num_ops=split.num_ops)
         notes.append(f"{_refusal_message(model, 'GPU', gpu_refused)}\nthe model has resource variables, so it is "
                      "kept whole on the CPU rather than split between GPU and CPU")
-    whole = _cpu_plan(model, flags, cpu_kernels, engines or {})
+    whole = _cpu_plan(model, flags, cpu_kernels, engines)
     result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
                             tuple(_refusals(model, Target.XLA_GPU)) if flags & GPU else (), whole.num_ops,
                             tuple(notes) + whole.notes)
@@ -513,10 +517,26 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
             raise UnsupportedOpError(_refusal_message(model, "numpy reference backend", reference_refused))
         return DelegationPlan(flags, "CPU", Target.REFERENCE, _whole_model(model, CPU, Target.REFERENCE),
                               num_ops=_count(model))
-    if cpu_kernels == "fast":
-        fast = _fast_cpu_plan(model, flags, (engines or {}).get("openvino"))
-        if fast is not None:
-            return fast
+    if cpu_kernels != "fast":
+        return _exact_cpu_plan(model, flags)
+    # engines given are the ones to use (CpuOptions.engines); without any, OpenVINO where it is installed
+    openvino = engines.get("openvino") if engines is not None else _openvino_engine(None)
+    litert = (engines or {}).get("litert")
+    if litert is not None and litert.model_refusal(model) is not None:
+        litert = None
+    try:
+        chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
+    except UnsupportedOpError:
+        if litert is None:
+            raise
+        return _litert_plan(model, flags)  # ops litegpu lacks, which the official interpreter has
+    if litert is None or not _litert_is_faster(model, chosen, litert, openvino):
+        return chosen
+    return _litert_plan(model, flags)
+
+
+def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
+    """The whole model on the exact kernels: XLA, or numpy when XLA refuses an op."""
     target = Target.XLA_CPU
     notes = []
     cpu_refused = _refusals(model, Target.XLA_CPU)
@@ -531,9 +551,44 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
                           notes=tuple(notes))
 
 
+def _litert_plan(model: Model, flags: int) -> DelegationPlan:
+    return DelegationPlan(flags, "CPU", Target.LITERT, _whole_model(model, CPU, Target.LITERT), num_ops=_count(model))
+
+
+def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, openvino: object | None) -> bool:
+    """Whether the official interpreter (XNNPACK) should run the whole model instead of ``chosen``.
+
+    - Against XLA (and numpy) alone -- integer models, resource variables, ops OpenVINO refuses --
+      yes without measuring: XLA's exact kernels ran slower than XNNPACK on 32 of the 36 models measured
+      (BENCHMARKS.md, "exact" column), and faster only on big float models, which OpenVINO takes.
+    - Against a model split between OpenVINO and XLA: no; OpenVINO's partitions hold enough work
+      (``MIN_OPENVINO_RUN_MACS``) to beat XNNPACK there.
+    - Against OpenVINO alone: measured, on models of at most ``LITERT_MEASURE_MAX_MACS``; OpenVINO ran
+      faster than XNNPACK on every bigger model measured, and slower on small mobile CNNs (BENCHMARKS.md).
+    """
+    targets = {p.target for p in chosen.partitions}
+    if Target.OPENVINO not in targets:
+        return True
+    if targets != {Target.OPENVINO} or openvino is None:
+        return False
+    if model_macs(model) > LITERT_MEASURE_MAX_MACS:
+        return False
+    return litert.faster_than(model, [p.op_range() for p in chosen.partitions], openvino) == "litert"
+
+
+def model_macs(model: Model) -> int:
+    """Multiply-accumulates of one run over the entry subgraphs (matrix products and convolutions)."""
+    return sum(multiply_accumulates(model.subgraphs[i], op) for i in entry_subgraphs(model)
+               for op in model.subgraphs[i].operators)
+
+
 # ---- CPU engines ----------------------------------------------------------------------------
 
 CPU_KERNELS = ("fast", "builtin", "reference")
+# Models OpenVINO takes whole are timed against the official interpreter up to this many multiply-accumulates
+# per run (about 30 ms of XNNPACK here, so the timing costs a cold start at most ~0.4 s; the verdict is kept
+# in the compile cache).  Above it OpenVINO runs them: it was faster on every such model measured.
+LITERT_MEASURE_MAX_MACS = 3_000_000_000
 # An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of
 # its edges, one more dispatch each side: about 0.1 ms) only when it holds real work: at least this
 # many multiply-accumulates in its matrix products and convolutions (about 1 ms of XLA CPU work).  At
@@ -552,18 +607,17 @@ def _openvino_engine(given: object | None) -> object | None:
     from ..backends.engine import engine
 
     candidate = engine("openvino")
-    return candidate if candidate.available() else None
+    if candidate.available():
+        return candidate
+    logger.info("OpenVINO is not available: the CPU runs XLA only (pip install openvino)")
+    return None
 
 
 def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> DelegationPlan | None:
     """OpenVINO for the ops it converts (and compiles), XLA (or numpy) for the rest; None when one engine
-    takes the whole model (or OpenVINO is missing, or the model has resource variables: their state
+    takes the whole model (or OpenVINO is not given, or the model has resource variables: their state
     lives in one engine)."""
-    if _uses_variables(model):
-        return None
-    openvino = _openvino_engine(openvino)
-    if openvino is None:
-        logger.info("OpenVINO is not available: the CPU runs XLA only (pip install openvino)")
+    if _uses_variables(model) or openvino is None:
         return None
     support = _Support(model)
     partitions: list[Partition] = []

@@ -31,13 +31,15 @@ from ..ir import Model, Operator, Options, Subgraph, Tensor
 
 
 class Target(enum.Enum):
-    """What an op is being run by: exact numpy, XLA on a CPU or GPU, or OpenVINO on the CPU (which
-    converts ops itself: ops have no OpenVINO kernels, ``backends.openvino`` asks OpenVINO)."""
+    """What an op is being run by: exact numpy, XLA on a CPU or GPU, or OpenVINO / the official
+    interpreter on the CPU (which convert ops themselves: ops have no kernels for them, their backend
+    modules ask the engine)."""
 
     REFERENCE = "reference"
     XLA_CPU = "xla_cpu"
     XLA_GPU = "xla_gpu"
     OPENVINO = "openvino"
+    LITERT = "litert"  # the official interpreter (XNNPACK), given whole models: ``backends.litert``
 
     @property
     def is_xla(self) -> bool:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from .. import ir
 from ..compile import DelegationPlan, plan
@@ -22,12 +25,13 @@ class SignatureInfo:
     subgraph: int
     inputs: tuple[tuple[str, int], ...]
     outputs: tuple[tuple[str, int], ...]
+    input_dtypes: tuple[np.dtype, ...] = ()   # numpy dtype of each input, in ``inputs`` order
 
-    @property
+    @functools.cached_property
     def input_names(self) -> list[str]:
         return [n for n, _ in self.inputs]
 
-    @property
+    @functools.cached_property
     def output_names(self) -> list[str]:
         return [n for n, _ in self.outputs]
 
@@ -42,14 +46,19 @@ def _in_subgraph_order(tensors: Any, order: tuple[int, ...]) -> tuple[tuple[str,
 def signatures_of(model: ir.Model) -> tuple[SignatureInfo, ...]:
     """The model's SignatureDefs; without any, one placeholder signature over subgraph 0 named by tensor names
     (what the official CompiledModel does)."""
+    def info(index: int, key: str, subgraph: int, inputs: tuple, outputs: tuple) -> SignatureInfo:
+        tensors = model.subgraphs[subgraph].tensors
+        dtypes = tuple(np.dtype(ir.numpy_dtype(tensors[t].dtype)) for _, t in inputs)
+        return SignatureInfo(index, key, subgraph, inputs, outputs, dtypes)
+
     if model.signatures:
-        return tuple(SignatureInfo(i, s.key, s.subgraph_index,
-                                   _in_subgraph_order(s.inputs, model.subgraphs[s.subgraph_index].inputs),
-                                   _in_subgraph_order(s.outputs, model.subgraphs[s.subgraph_index].outputs))
+        return tuple(info(i, s.key, s.subgraph_index,
+                          _in_subgraph_order(s.inputs, model.subgraphs[s.subgraph_index].inputs),
+                          _in_subgraph_order(s.outputs, model.subgraphs[s.subgraph_index].outputs))
                      for i, s in enumerate(model.signatures))
     sg = model.subgraphs[0]
-    return (SignatureInfo(0, PLACEHOLDER_SIGNATURE, 0, tuple((sg.tensors[t].name, t) for t in sg.inputs),
-                          tuple((sg.tensors[t].name, t) for t in sg.outputs)),)
+    return (info(0, PLACEHOLDER_SIGNATURE, 0, tuple((sg.tensors[t].name, t) for t in sg.inputs),
+                 tuple((sg.tensors[t].name, t) for t in sg.outputs)),)
 
 
 def read(source: Any) -> ir.Model:

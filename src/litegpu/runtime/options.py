@@ -45,19 +45,26 @@ CPU_PRECISIONS = ("fp32", "bf16")
 _KERNELS = {CpuKernelMode.XNNPACK: "fast", CpuKernelMode.BUILTIN: "builtin", CpuKernelMode.REFERENCE: "reference"}
 
 
+# The engines the fast CPU path may choose from besides XLA (CpuOptions.engines).
+FAST_ENGINES = ("litert", "openvino")
+
+
 @dataclasses.dataclass
 class CpuOptions:
     """CPU options.
 
     ``kernel_mode``: see :class:`CpuKernelMode` (None: the fast path).  ``num_threads``: threads of
-    the OpenVINO engine (0: all cores); XLA CPU sizes its own thread pool per process.
+    the OpenVINO and LiteRT engines (0: all cores); XLA CPU sizes its own thread pool per process.
     ``precision``: "fp32" (default, on every engine) or "bf16", which lets OpenVINO compute in bfloat16
     on CPUs with AMX / AVX512-BF16 (faster, about 1e-2 relative error: BENCHMARKS.md); XLA partitions
     stay fp32.  ``quantized_execution``: "exact" (default: integer and dynamic-range ops on the exact
     TFLite kernels, bit for bit with the official builtin kernels) or "fast" (the fast path may give them
     to OpenVINO's int8 kernels: much faster on AMX / VNNI CPUs, a few units from the builtin kernels,
-    sometimes further than XNNPACK: BENCHMARKS.md).  The xnnpack fields exist for compatibility and
-    change nothing here.
+    sometimes further than XNNPACK: BENCHMARKS.md).  ``engines``: the engines the fast path may choose
+    from besides XLA, of "litert" (the official interpreter with XNNPACK, given whole models where it is
+    the fastest: small models, integer models) and "openvino" (float ops); None: every one installed.  XLA
+    and the numpy reference run what they leave.  The xnnpack fields exist for compatibility and change
+    nothing here.
     """
 
     num_threads: int = 0
@@ -67,8 +74,17 @@ class CpuOptions:
     xnnpack_weight_cache_path: str = ""
     precision: str = "fp32"
     quantized_execution: str = "exact"
+    engines: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.engines is not None:
+            if isinstance(self.engines, str) or not all(isinstance(e, str) for e in self.engines):
+                raise InvalidArgumentError(f"CpuOptions.engines is a tuple of engine names, got {self.engines!r}")
+            unknown = sorted(set(self.engines) - set(FAST_ENGINES))
+            if unknown:
+                raise InvalidArgumentError(f"CpuOptions.engines: unknown engine(s) {', '.join(unknown)}; the fast "
+                                           f"path chooses from {', '.join(FAST_ENGINES)} (XLA always runs the rest)")
+            self.engines = tuple(self.engines)
         if not isinstance(self.num_threads, int) or self.num_threads < 0:
             raise InvalidArgumentError(f"CpuOptions.num_threads must be an int >= 0, got {self.num_threads!r}")
         if self.quantized_execution not in ("exact", "fast"):

@@ -3,7 +3,8 @@
 A partition on an XLA target is one ``jax.jit`` program over its op range
 (``XlaBackend`` with ``op_range``), compiled per input shape like a whole
 model; an OPENVINO partition is a sub-model compiled by OpenVINO
-(``backends.openvino``); a REFERENCE partition runs its ops with the numpy kernels.  Between
+(``backends.openvino``); a LITERT partition is an entry subgraph run by the official interpreter
+(``backends.litert``); a REFERENCE partition runs its ops with the numpy kernels.  Between
 partitions, a tensor is placed on the next partition's device (``device_put``,
 or a host copy for numpy) the first time a partition there needs it, and that
 placed copy is reused by every later partition on the same device in the run.
@@ -91,6 +92,28 @@ class _OpenVinoUnit:
         return None
 
 
+class _LiteRtUnit:
+    """An entry subgraph on the official interpreter.  Output shapes for new input shapes come from the
+    interpreter itself for a model without signatures, else from tracing the subgraph under XLA (no compile,
+    no run): a signature runner resizes its inputs only while it runs."""
+
+    where = HOST
+
+    def __init__(self, executable: Any, traced: Callable[[], Any]):
+        self.executable, self.op_range, self._traced = executable, executable.op_range, traced
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        return self.executable.run(inputs)
+
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], Any]]:
+        found = self.executable.output_shapes(input_shapes)
+        if found is not None:
+            return found
+        sg = self.executable.shared.model.subgraphs[self.op_range.subgraph]
+        return self._traced().output_shapes([(tuple(shape), ir.numpy_dtype(sg.tensors[t].dtype))
+                                             for shape, t in zip(input_shapes, self.op_range.inputs)])
+
+
 class PartitionedModel:
     """The backends of one model under a split plan: weights per device and the compiled partitions,
     shared by all signatures (as ``XlaState`` is for a whole model)."""
@@ -138,6 +161,8 @@ class PartitionedModel:
             return _ReferenceUnit(self.reference, partition)
         if partition.target is Target.OPENVINO:
             return self._openvino_unit(partition)
+        if partition.target is Target.LITERT:
+            return self._litert_unit(partition)
         from ..backends.xla import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
@@ -163,6 +188,14 @@ class PartitionedModel:
         except EngineCompileError as e:
             unit.fall_back(e)
         return unit
+
+    def _litert_unit(self, partition: Partition) -> Any:
+        """The partition (an entry subgraph) on the model's one official interpreter."""
+        from ..backends.litert import LiteRtEngine
+
+        engine = self.engines.get("litert") or self.engines.setdefault("litert", LiteRtEngine(self.engine_settings))
+        executable = engine.compile(self.model, partition.op_range(), self.engine_settings)
+        return _LiteRtUnit(executable, lambda: self.unit(dataclasses.replace(partition, target=Target.XLA_CPU)).backend)
 
     def _exact_unit(self, partition: Partition) -> Any:
         """What runs an OpenVINO partition that OpenVINO cannot compile: XLA, or numpy where XLA refuses an op."""
@@ -190,6 +223,8 @@ class PartitionedModel:
         """Assigning resets every backend's variables (``CompiledModel.reset_all_variables``)."""
         for state in self._states.values():
             state.variables = dict(value)
+        if "litert" in self.engines:
+            self.engines["litert"].reset_variables()
         if self._reference is not None:
             self._reference.variables.clear()
 
@@ -207,11 +242,30 @@ class PartitionedSignature:
                                       f"subgraph {subgraph}")
         self.units = [owner.unit(p) for p in parts]
         self.transfers = 0  # tensors the last run moved between host and devices
+        self._direct = self._direct_positions()
+
+    def _direct_positions(self) -> tuple[list[int], list[int]] | None:
+        """For one host unit running the whole subgraph: where its inputs sit among the subgraph's and where
+        the subgraph's outputs sit among its outputs (a run then skips the per-tensor bookkeeping, which is
+        most of a call on a model that runs in microseconds); None otherwise."""
+        if len(self.units) != 1 or self.units[0].where != HOST:
+            return None
+        op_range, sg = self.units[0].op_range, self.subgraph
+        if set(op_range.inputs) != set(sg.inputs) or not set(sg.outputs) <= set(op_range.outputs):
+            return None
+        return [list(sg.inputs).index(t) for t in op_range.inputs], [list(op_range.outputs).index(t) for t in sg.outputs]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         sg = self.subgraph
         if len(inputs) != len(sg.inputs):
             raise ModelExecutionError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        if self._direct is not None:
+            from ..backends.xla import is_device_array
+
+            self.transfers = sum(is_device_array(x) for x in inputs)
+            taken, given = self._direct
+            results = self.units[0].run([np.asarray(inputs[k]) for k in taken])
+            return [results[k] for k in given]
         values: dict[int, Any] = dict(zip(sg.inputs, inputs))
         placed: dict[tuple[int, str], Any] = {}
         self.transfers = 0

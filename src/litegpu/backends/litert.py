@@ -1,0 +1,291 @@
+"""The LiteRT engine: the official interpreter with its default XNNPACK delegate, for the models it runs fastest.
+
+Measured on the development machine (BENCHMARKS.md, "CPU engines side by side"), no engine litegpu has
+comes near XNNPACK on small models: a call costs XNNPACK about 4 us, OpenVINO about 40 us and a jitted
+XLA program about 70 us, and OpenVINO is slower than XNNPACK on small mobile CNNs; on integer models
+XNNPACK's int8 kernels are 2.4x faster than the exact kernels on XLA and closer to the builtin kernels
+than OpenVINO's.  So the planner may give a whole model to the official runtime (``ai-edge-litert``):
+
+- **Support** is the official interpreter's own answer: the model is loaded and its tensors allocated
+  (which applies the XNNPACK delegate); a model it cannot load (custom ops it lacks, int4 weights XNNPACK
+  refuses) is refused as a whole with its message.  Custom ops registered from Python run in litegpu only.
+- **Compile** creates one interpreter per model, shared by the model's signatures so that resource
+  variables keep one state, with the thread count asked for (the official default is one thread; litegpu's
+  default, ``num_threads=0``, means every core).  XNNPACK packs the weights at the first run: nothing to cache.
+- **Run** writes the inputs into the interpreter, invokes it and copies the outputs out (the next run would
+  overwrite them).  A model without signatures is run through the tensor indices of subgraph 0; the
+  signatures of a model through their signature runners.  New input shapes resize the interpreter's inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import EngineCompileError, ModelExecutionError
+from ..ir import Model, numpy_dtype
+from ..ops import Target
+from .engine import Engine, EngineSettings, Executable, cpu_name
+from .graph import OpRange
+
+log = logging.getLogger(__name__)
+
+# The official interpreter copies a model it is given in memory and XNNPACK packs a second copy of the
+# weights: models past this size stay on XLA, which maps the weights in place (the 1.3x memory goal).
+MAX_LITERT_MODEL_BYTES = 256 << 20
+_SUB_BYTE = ("int4", "uint4", "int2")
+
+
+@functools.lru_cache(maxsize=1)
+def _interpreter_module() -> Any:
+    from ai_edge_litert import interpreter
+
+    return interpreter
+
+
+def litert_version() -> str:
+    from importlib.metadata import version
+
+    return version("ai-edge-litert")
+
+
+def thread_count(settings: EngineSettings) -> int:
+    """``num_threads=0`` is litegpu's "every core"; the official interpreter's default would be one thread."""
+    return settings.num_threads if settings.num_threads > 0 else (os.cpu_count() or 1)
+
+
+class LiteRtEngine(Engine):
+    """Whole models on the official interpreter; one interpreter per model, shared by its partitions."""
+
+    name, target = "litert", Target.LITERT
+
+    def __init__(self, settings: EngineSettings | None = None, file: str | None = None, cache: Any = None,
+                 cache_key: dict | None = None):
+        self.settings = settings or EngineSettings()
+        # where the verdict of ``faster_than`` is kept, so that a warm start does not time the engines again
+        self.cache, self.cache_key = cache, dict(cache_key or {})
+        # The model's file, read by the interpreter as it is (no copy); in-memory models are written out.
+        self.file = file
+        self._interpreters: dict[int, _SharedInterpreter] = {}
+        self._refusals: dict[int, str | None] = {}
+
+    def available(self) -> bool:
+        try:
+            _interpreter_module()
+            return True
+        except ImportError:
+            return False
+
+    def describe(self) -> str:
+        return f"ai-edge-litert {litert_version()} (the official interpreter, XNNPACK delegate)"
+
+    # ---- support ----------------------------------------------------------------------------
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        sg = model.subgraphs[subgraph]
+        if sorted(op_indices) != list(range(len(sg.operators))):
+            return {i: "the official interpreter runs whole subgraphs here" for i in op_indices}
+        reason = self.model_refusal(model)
+        return {i: reason for i in op_indices} if reason is not None else {}
+
+    def model_refusal(self, model: Model) -> str | None:
+        """Why the official interpreter cannot run ``model`` as a whole (None: it can)."""
+        if id(model) not in self._refusals:
+            self._refusals[id(model)] = self._find_refusal(model)
+        return self._refusals[id(model)]
+
+    def _find_refusal(self, model: Model) -> str | None:
+        from .openvino import _constant_bytes
+
+        if self.settings.precision != "fp32":
+            return f"the official interpreter computes in fp32 here, not {self.settings.precision}"
+        if _constant_bytes(model) > MAX_LITERT_MODEL_BYTES:
+            return (f"the model's weights pass {MAX_LITERT_MODEL_BYTES >> 20} MiB: XLA maps them in place, "
+                    "XNNPACK would pack a copy")
+        sub_byte = sorted({t.dtype for sg in model.subgraphs for t in sg.tensors if t.dtype in _SUB_BYTE})
+        if sub_byte:
+            return (f"{'/'.join(sub_byte)} weights: XNNPACK does not take them and the builtin kernels that would run "
+                    "them are 10x slower than XLA's (BENCHMARKS.md, LLM table)")
+        python_ops = _python_custom_ops(model)
+        if python_ops:
+            return f"custom ops registered from Python ({', '.join(sorted(python_ops))}) run in litegpu only"
+        try:
+            self.interpreter(model)
+        except EngineCompileError as e:
+            return str(e)
+        return None
+
+    # ---- compile ----------------------------------------------------------------------------
+    def interpreter(self, model: Model) -> "_SharedInterpreter":
+        """The model's one interpreter (created, tensors allocated, on first use)."""
+        if id(model) not in self._interpreters:
+            self._interpreters[id(model)] = _SharedInterpreter(model, self.file, thread_count(self.settings))
+        return self._interpreters[id(model)]
+
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None) -> "LiteRtExecutable":
+        refused = self.unsupported(model, op_range.subgraph, op_range.op_indices)
+        if refused:
+            raise EngineCompileError(f"{model.source}: the official interpreter cannot run {op_range}: "
+                                     f"{next(iter(refused.values()))}")
+        return LiteRtExecutable(self.interpreter(model), op_range)
+
+
+    def reset_variables(self) -> None:
+        """Resource variables of every model this engine runs go back to their initial values."""
+        for shared in self._interpreters.values():
+            shared.reset_variables()
+
+    # ---- choice --------------------------------------------------------------------------------
+    def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: Engine) -> str:
+        """"litert" or ``other.name``: which engine runs these partitions (a model's entry subgraphs) faster,
+        timed alternately on sample inputs; the verdict is kept in the compile cache, keyed by the model,
+        both engines' versions, the thread count and the CPU."""
+        key = None
+        if self.cache is not None:
+            from ..compile.cache import make_key
+            from .openvino import openvino_version
+
+            key = make_key({**self.cache_key, "choice": ["litert", other.name], "litert": litert_version(),
+                            "openvino": openvino_version(), "threads": thread_count(self.settings),
+                            "cpu": cpu_name(), "ranges": [str(r) for r in op_ranges]})
+            stored = self.cache.load(key)
+            if stored in (b"litert", other.name.encode()):
+                return stored.decode()
+            if stored is not None:
+                self.cache.discard(key, "not an engine name")
+        from .engine import fastest, sample_inputs
+
+        inputs = [sample_inputs(model, r) for r in op_ranges]
+        candidates = {"litert": [(self.compile(model, r, self.settings), x) for r, x in zip(op_ranges, inputs)],
+                      other.name: [(other.compile(model, r, other.settings, other.cache, other.cache_key), x)
+                                   for r, x in zip(op_ranges, inputs)]}
+        winner, medians = fastest(candidates)
+        log.info("%s: %s", model.source, ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in medians.items()))
+        if key is not None:
+            self.cache.store(key, winner.encode(), {"engine": "litert", "what": "engine choice",
+                                                    "source": model.source})
+        return winner
+
+
+def _python_custom_ops(model: Model) -> set[str]:
+    from ..ops.python_ops import PythonCustomOp
+    from ..ops.registry import find
+
+    return {op.opcode_name for sg in model.subgraphs for op in sg.operators
+            if op.is_custom and isinstance(find(op.opcode_name, custom=True), PythonCustomOp)}
+
+
+class _SharedInterpreter:
+    """One official interpreter over a model, its runs serialised (an interpreter is not thread-safe)."""
+
+    def __init__(self, model: Model, file: str | None, threads: int):
+        self.model, self.file, self.threads, self.lock = model, file, threads, threading.Lock()
+        self._create()
+
+    def _create(self) -> None:
+        interpreter = _interpreter_module().Interpreter
+        try:
+            if self.file is not None:
+                self.interpreter = interpreter(model_path=self.file, num_threads=self.threads)
+            else:
+                from ..ir.save import to_bytes
+
+                self.interpreter = interpreter(model_content=to_bytes(self.model), num_threads=self.threads)
+            self.interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            raise EngineCompileError(f"the official interpreter refuses the model: {_first_line(e)}") from e
+        self.runners: dict[int, tuple[Any, dict[int, str], dict[int, str]]] = {}
+        self.input_shapes = {d["index"]: tuple(int(x) for x in d["shape"])
+                             for d in self.interpreter.get_input_details()}
+
+    def signature_runner(self, subgraph: int) -> tuple[Any, dict[int, str], dict[int, str]]:
+        """(runner, tensor index -> input name, tensor index -> output name) of the signature on ``subgraph``."""
+        found = self.runners.get(subgraph)
+        if found is None:
+            signature = next((s for s in self.model.signatures if s.subgraph_index == subgraph), None)
+            if signature is None:
+                raise ModelExecutionError(f"{self.model.source}: subgraph {subgraph} has no signature: the official "
+                                          "interpreter runs only subgraph 0 and the signatures")
+            runner = self.interpreter.get_signature_runner(signature.key)
+            found = self.runners[subgraph] = (runner, {s.tensor_index: s.name for s in signature.inputs},
+                                              {s.tensor_index: s.name for s in signature.outputs})
+        return found
+
+    def reset_variables(self) -> None:
+        """Variables back to their initial values and CALL_ONCE to run again, as litegpu's reset promises:
+        the interpreter's own reset leaves resource variables as they are, so a new interpreter is made."""
+        with self.lock:
+            self._create()
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:300]
+
+
+class LiteRtExecutable(Executable):
+    """One entry subgraph of a model run by the official interpreter."""
+
+    where = "host"
+
+    def __init__(self, shared: _SharedInterpreter, op_range: OpRange):
+        self.shared, self.op_range = shared, op_range
+        sg = shared.model.subgraphs[op_range.subgraph]
+        self._output_dtypes = [np.dtype(numpy_dtype(sg.tensors[t].dtype)) for t in op_range.outputs]
+        # A signature runner holds a reference to the interpreter, after which the interpreter's own invoke
+        # refuses to run ("reference to internal data"): a model with signatures runs all of them that way.
+        self._run = self._run_signature if shared.model.signatures else self._run_subgraph0
+
+    def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        arrays = [np.asarray(x) for x in inputs]
+        with self.shared.lock:
+            try:
+                outputs = self._run(arrays)
+            except (ValueError, RuntimeError) as e:
+                raise ModelExecutionError(f"{self.shared.model.source}: the official interpreter failed on "
+                                          f"{self.op_range}: {_first_line(e)}") from e
+        return [r if r.dtype == dtype else r.astype(dtype) for r, dtype in zip(outputs, self._output_dtypes)]
+
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        """(shape, dtype) of each output for these input shapes, from the interpreter resized to them (a model
+        without signatures); None for a signature, whose runner resizes only while it runs."""
+        if self._run != self._run_subgraph0:
+            return None
+        with self.shared.lock:
+            self._resize([tuple(int(d) for d in s) for s in input_shapes])
+            details = {d["index"]: d for d in self.shared.interpreter.get_output_details()}
+        return [(tuple(int(d) for d in details[t]["shape"]), dtype)
+                for t, dtype in zip(self.op_range.outputs, self._output_dtypes)]
+
+    def _resize(self, shapes: Sequence[tuple[int, ...]]) -> None:
+        interpreter, current = self.shared.interpreter, self.shared.input_shapes
+        resized = False
+        for t, shape in zip(self.op_range.inputs, shapes):
+            if current[t] != shape:
+                interpreter.resize_tensor_input(t, shape, strict=False)
+                current[t] = shape
+                resized = True
+        if resized:
+            interpreter.allocate_tensors()
+
+    def _run_subgraph0(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        self._resize([a.shape for a in arrays])
+        interpreter = self.shared.interpreter
+        for t, a in zip(self.op_range.inputs, arrays):
+            interpreter.set_tensor(t, a)
+        interpreter.invoke()
+        return [interpreter.get_tensor(t) for t in self.op_range.outputs]
+
+    def _run_signature(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        runner, input_names, output_names = self.shared.signature_runner(self.op_range.subgraph)
+        results = runner(**{input_names[t]: a for t, a in zip(self.op_range.inputs, arrays)})
+        return [np.array(results[output_names[t]], copy=True) for t in self.op_range.outputs]
+
+
+__all__ = ["MAX_LITERT_MODEL_BYTES", "LiteRtEngine", "LiteRtExecutable", "litert_version"]

@@ -1,0 +1,251 @@
+"""The LiteRT engine (the official interpreter, XNNPACK): what it refuses, its runs against the official
+interpreter, signatures, resizes and variables, and how the planner chooses it."""
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+import litegpu  # noqa: E402
+from litegpu.backends import litert as litert_backend  # noqa: E402
+from litegpu.backends.engine import EngineSettings, Executable, engine, fastest, sample_inputs  # noqa: E402
+from litegpu.backends.graph import OpRange  # noqa: E402
+from litegpu.backends.litert import LiteRtEngine  # noqa: E402
+from litegpu.errors import EngineCompileError, InvalidArgumentError, ModelExecutionError  # noqa: E402
+from litegpu.ir import execution_order, read_model  # noqa: E402
+from litegpu.ir.builder import ModelBuilder  # noqa: E402
+from litegpu.ir.save import to_bytes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from test_variables import accumulate, add_init_subgraph  # noqa: E402
+
+CPU = litegpu.HardwareAccelerator.CPU
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "models"
+
+
+def whole(model, subgraph=0):
+    sg = model.subgraphs[subgraph]
+    return OpRange(subgraph, tuple(execution_order(sg, model.source)), tuple(sg.inputs), tuple(sg.outputs))
+
+
+def small_mlp(batch_signature=False):
+    """x -> FULLY_CONNECTED -> RELU -> FULLY_CONNECTED: float ops every engine runs."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 16), shape_signature=(-1, 16) if batch_signature else None)
+    w1 = b.constant("w1", rng.normal(size=(32, 16)).astype(np.float32) * 0.3)
+    w2 = b.constant("w2", rng.normal(size=(4, 32)).astype(np.float32) * 0.3)
+    h = b.tensor("h", (1, 32), shape_signature=(-1, 32) if batch_signature else None)
+    r = b.tensor("r", (1, 32), shape_signature=(-1, 32) if batch_signature else None)
+    y = b.tensor("y", (1, 4), shape_signature=(-1, 4) if batch_signature else None)
+    b.op("FULLY_CONNECTED", [x, w1, -1], [h])
+    b.op("RELU", [h], [r])
+    b.op("FULLY_CONNECTED", [r, w2, -1], [y])
+    b.output(y)
+    return to_bytes(b.build())
+
+
+def official(data, inputs):
+    interpreter = litert.Interpreter(model_content=data)
+    interpreter.allocate_tensors()
+    for d, x in zip(interpreter.get_input_details(), inputs):
+        interpreter.set_tensor(d["index"], x)
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+
+
+def test_the_engine_is_available_and_says_what_it_is():
+    found = engine("litert")
+    assert found.available() and "ai-edge-litert" in found.describe()
+
+
+def test_a_partition_runs_as_the_official_interpreter_runs_it():
+    data = small_mlp()
+    model = read_model(data)
+    x = np.random.default_rng(1).normal(size=(1, 16)).astype(np.float32)
+    executable = LiteRtEngine().compile(model, whole(model), EngineSettings(num_threads=1))
+    (got,) = executable.run([x])
+    (want,) = official(data, [x])
+    np.testing.assert_array_equal(got, want)
+    # the output is a copy: the next run does not overwrite it
+    executable.run([x * 2])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_new_input_shapes_resize_the_interpreter():
+    data = small_mlp(batch_signature=True)
+    model = read_model(data)
+    executable = LiteRtEngine().compile(model, whole(model), EngineSettings())
+    x = np.random.default_rng(2).normal(size=(3, 16)).astype(np.float32)
+    (got,) = executable.run([x])
+    assert got.shape == (3, 4)
+    (one,) = executable.run([x[:1]])
+    np.testing.assert_allclose(one, got[:1], rtol=1e-6, atol=1e-6)
+
+
+def test_ops_outside_a_whole_subgraph_are_refused():
+    model = read_model(small_mlp())
+    refused = LiteRtEngine().unsupported(model, 0, [0, 1])
+    assert set(refused) == {0, 1} and "whole subgraphs" in refused[0]
+
+
+def test_a_model_the_interpreter_cannot_load_is_refused_with_its_message():
+    b = ModelBuilder()
+    x = b.input("x", (4,))
+    y = b.tensor("y", (4,))
+    b.op("NoSuchCustomOpAnywhere", [x], [y], custom_options=b"")
+    b.output(y)
+    model = read_model(to_bytes(b.build()))
+    found = LiteRtEngine()
+    reason = found.model_refusal(model)
+    assert reason is not None and "official interpreter refuses" in reason
+    with pytest.raises(EngineCompileError, match="cannot run"):
+        found.compile(model, whole(model), EngineSettings())
+
+
+def test_big_models_and_reduced_precision_stay_off_it(monkeypatch):
+    model = read_model(small_mlp())
+    assert LiteRtEngine(EngineSettings(precision="bf16")).model_refusal(model).startswith("the official interpreter")
+    monkeypatch.setattr(litert_backend, "MAX_LITERT_MODEL_BYTES", 1024)
+    assert "XLA maps them in place" in LiteRtEngine().model_refusal(model)
+
+
+def test_variables_keep_their_state_across_runs_and_reset():
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    init = add_init_subgraph(b, {"acc": np.ones((2, 3), np.float32)})
+    b.op("CALL_ONCE", [], [], init_subgraph_index=init.index)
+    b.output(accumulate(b, "acc", x, (2, 3)))
+    data = to_bytes(b.build())
+    cm = litegpu.CompiledModel.from_buffer(data, CPU)
+    assert cm.plan.ops_per_engine() == {"litert": len(read_model(data).subgraphs[0].operators)}
+    x = np.full((2, 3), 2.0, np.float32)
+    first = cm.run([x])
+    second = cm.run([x])
+    np.testing.assert_array_equal(list(first.values())[0], np.full((2, 3), 3.0))
+    np.testing.assert_array_equal(list(second.values())[0], np.full((2, 3), 5.0))
+    cm.reset_all_variables()
+    np.testing.assert_array_equal(list(cm.run([x]).values())[0], np.full((2, 3), 3.0))
+
+
+@pytest.mark.skipif(not (SHARED / "two_signatures_float32.tflite").exists(), reason="needs ../shared/models")
+def test_every_signature_runs_on_the_one_interpreter():
+    path = str(SHARED / "two_signatures_float32.tflite")
+    cm = litegpu.CompiledModel.from_file(path, litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(engines=("litert",))))
+    assert set(cm.plan.ops_per_engine()) == {"litert"}
+    want = litert.Interpreter(model_path=path)
+    for key in cm.get_signature_list():
+        runner = want.get_signature_runner(key)
+        inputs = {name: sample_inputs_for(d) for name, d in runner.get_input_details().items()}
+        expected = runner(**inputs)
+        got = cm.run(inputs, key)
+        assert set(got) == set(expected)
+        for name in got:
+            np.testing.assert_array_equal(got[name], expected[name])
+
+
+def sample_inputs_for(detail):
+    rng = np.random.default_rng(3)
+    shape, dtype = tuple(detail["shape"]), detail["dtype"]
+    return rng.normal(size=shape).astype(dtype) if np.dtype(dtype).kind == "f" else np.zeros(shape, dtype)
+
+
+# ---- how the planner chooses ------------------------------------------------------------------
+
+def test_models_xla_would_run_alone_go_to_the_official_interpreter():
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    init = add_init_subgraph(b, {"acc": np.zeros((2, 3), np.float32)})
+    b.op("CALL_ONCE", [], [], init_subgraph_index=init.index)
+    b.output(accumulate(b, "acc", x, (2, 3)))
+    data = to_bytes(b.build())
+    assert litegpu.CompiledModel.from_buffer(data, CPU).plan.target.value == "litert"
+    # without it (or in the exact mode) XLA runs them
+    no_litert = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(engines=("openvino",)))
+    assert litegpu.CompiledModel.from_buffer(data, no_litert).plan.target.value == "xla_cpu"
+    exact = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(kernel_mode=litegpu.CpuKernelMode.BUILTIN))
+    assert litegpu.CompiledModel.from_buffer(data, exact).plan.target.value == "xla_cpu"
+
+
+def _openvino_or_litert(monkeypatch, winner):
+    calls = []
+
+    def timed(candidates, **kwargs):
+        calls.append(sorted(candidates))
+        return winner, {name: 1.0 for name in candidates}
+
+    monkeypatch.setattr("litegpu.backends.engine.fastest", timed)
+    return calls
+
+
+@pytest.mark.parametrize("winner", ["litert", "openvino"])
+def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
+    pytest.importorskip("openvino")
+    calls = _openvino_or_litert(monkeypatch, winner)
+    cm = litegpu.CompiledModel.from_buffer(small_mlp(), CPU)
+    assert calls == [["litert", "openvino"]]
+    assert set(cm.plan.ops_per_engine()) == {winner}
+    x = np.random.default_rng(4).normal(size=(1, 16)).astype(np.float32)
+    np.testing.assert_allclose(list(cm.run([x]).values())[0], official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_verdict_is_kept_in_the_compile_cache(monkeypatch, tmp_path):
+    pytest.importorskip("openvino")
+    calls = _openvino_or_litert(monkeypatch, "litert")
+    options = litegpu.Options(CPU, serialization_dir=str(tmp_path), model_token="mlp")
+    litegpu.CompiledModel.from_buffer(small_mlp(), options)
+    warm = litegpu.CompiledModel.from_buffer(small_mlp(), options)
+    assert len(calls) == 1 and set(warm.plan.ops_per_engine()) == {"litert"}
+
+
+def test_big_models_stay_on_openvino_without_timing(monkeypatch):
+    pytest.importorskip("openvino")
+    calls = _openvino_or_litert(monkeypatch, "litert")
+    monkeypatch.setattr(sys.modules["litegpu.compile.plan"], "LITERT_MEASURE_MAX_MACS", 10)
+    cm = litegpu.CompiledModel.from_buffer(small_mlp(), CPU)
+    assert calls == [] and set(cm.plan.ops_per_engine()) == {"openvino"}
+
+
+def test_cpu_options_engines_are_checked():
+    with pytest.raises(InvalidArgumentError, match="unknown engine"):
+        litegpu.CpuOptions(engines=("xnnpack",))
+    with pytest.raises(InvalidArgumentError, match="tuple of engine names"):
+        litegpu.CpuOptions(engines="litert")
+    assert litegpu.CpuOptions(engines=["openvino"]).engines == ("openvino",)
+
+
+# ---- fastest ------------------------------------------------------------------------------------
+
+class _Sleeper(Executable):
+    def __init__(self, seconds, fail=False):
+        self.seconds, self.fail = seconds, fail
+
+    def run(self, inputs):
+        if self.fail:
+            raise RuntimeError("cannot run")
+        time.sleep(self.seconds)
+        return [np.zeros(1)]
+
+
+def test_fastest_picks_the_quicker_candidate_and_drops_failures():
+    name, medians = fastest({"slow": [(_Sleeper(0.004), [])], "quick": [(_Sleeper(0.0005), [])],
+                             "broken": [(_Sleeper(0, fail=True), [])]}, budget_s=0.05)
+    assert name == "quick" and set(medians) == {"slow", "quick"} and medians["quick"] < medians["slow"]
+    with pytest.raises(ModelExecutionError, match="no engine could run"):
+        fastest({"broken": [(_Sleeper(0, fail=True), [])]})
+
+
+def test_sample_inputs_are_valid_indices_for_integer_inputs():
+    b = ModelBuilder()
+    ids = b.input("ids", (1, 5), "int32")
+    table = b.constant("table", np.ones((3, 2), np.float32))
+    y = b.tensor("y", (1, 5, 2))
+    b.op("GATHER", [table, ids], [y], axis=0)
+    b.output(y)
+    model = read_model(to_bytes(b.build()))
+    (x,) = sample_inputs(model, whole(model))
+    assert x.dtype == np.int32 and not x.any()
