@@ -10,8 +10,8 @@ read back to host memory, all at ``--threads`` threads and in fp32:
 - xnnpack: ``ai_edge_litert`` Interpreter, default delegate (XNNPACK) -- the official default;
 - openvino: OpenVINO alone on the file (``Core.read_model``, ``INFERENCE_PRECISION_HINT=f32``) -- what a CPU
   user picks instead; an error entry when it cannot load the model;
-- litegpu: ``CompiledModel`` with the default ``CpuOptions(num_threads=N)`` (OpenVINO where it converts, XLA
-  for the rest);
+- litegpu: ``CompiledModel`` with the default ``CpuOptions(num_threads=N)`` (the official interpreter or
+  OpenVINO where faster, XLA for the rest; the plan column says which);
 - exact: ``CpuKernelMode.BUILTIN`` (the exact TFLite kernels on XLA).
 
 Also per variant: cold start (a new process's ``from_file`` to first output, compile cache empty) and warm

@@ -283,8 +283,14 @@ def test_inspect_accelerator_json(tmp_path, capsys):
     assert {f["op"] for f in plan["fallbacks"]} == {"NON_MAX_SUPPRESSION_V4", "WHERE"}
     assert plan["transfer_bytes"] == 1376 and not plan["fully_accelerated"]
     code, out, _ = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "cpu", "--json")
-    # the CPU plan names each partition's engine: XLA, numpy for WHERE (the convolutions are too small to
-    # pay OpenVINO's two partition edges)
+    # the CPU plan names each partition's engine: the official interpreter takes this small model whole
+    # (rather than XLA alone, which would also need numpy for WHERE)
+    assert {p["engine"] for p in json.loads(out)["plan"]["partitions"]} == {"litert"}
+
+
+def test_inspect_cpu_engines_without_the_official_interpreter(tmp_path, capsys, without_litert):
+    code, out, _ = run_cli(capsys, "inspect", str(_detector_file(tmp_path)), "--accelerator", "cpu", "--json")
+    # XLA, numpy for WHERE (the convolutions are too small to pay OpenVINO's two partition edges)
     assert {p["engine"] for p in json.loads(out)["plan"]["partitions"]} == {"xla", "reference"}
 
 

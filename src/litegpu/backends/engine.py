@@ -65,6 +65,9 @@ class Engine(abc.ABC):
         """One line for ``litegpu doctor``: version and devices, or why it is missing."""
         return self.name
 
+    def forget(self, model: Model) -> None:
+        """Drop what was compiled for ``model`` while planning, when the plan gave it to another engine."""
+
 
 class XlaCpuEngine(Engine):
     """Exact TFLite kernels (integers bit for bit) traced into XLA programs on the host."""

@@ -100,11 +100,11 @@ class LiteRtEngine(Engine):
         return self._refusals[id(model)]
 
     def _find_refusal(self, model: Model) -> str | None:
-        from .openvino import _constant_bytes
+        from ..ir.save import constant_bytes
 
         if self.settings.precision != "fp32":
             return f"the official interpreter computes in fp32 here, not {self.settings.precision}"
-        if _constant_bytes(model) > MAX_LITERT_MODEL_BYTES:
+        if constant_bytes(model) > MAX_LITERT_MODEL_BYTES:
             return (f"the model's weights pass {MAX_LITERT_MODEL_BYTES >> 20} MiB: XLA maps them in place, "
                     "XNNPACK would pack a copy")
         sub_byte = sorted({t.dtype for sg in model.subgraphs for t in sg.tensors if t.dtype in _SUB_BYTE})
@@ -135,6 +135,8 @@ class LiteRtEngine(Engine):
                                      f"{next(iter(refused.values()))}")
         return LiteRtExecutable(self.interpreter(model), op_range)
 
+    def forget(self, model: Model) -> None:
+        self._interpreters.pop(id(model), None)
 
     def reset_variables(self) -> None:
         """Resource variables of every model this engine runs go back to their initial values."""

@@ -167,6 +167,9 @@ class OpenVinoEngine(Engine):
             self._executables[key] = OpenVinoExecutable(model, op_range, settings, cache, cache_key, self.file)
         return self._executables[key]
 
+    def forget(self, model: Model) -> None:
+        self._executables = {k: v for k, v in self._executables.items() if k[0] != id(model)}
+
     def compile_error(self, model: Model, op_range: OpRange) -> str | None:
         """None when OpenVINO compiles ``op_range`` for its declared shapes (the executable is kept for
         ``compile``), else why not: its frontend converts some graphs that its shape inference refuses."""

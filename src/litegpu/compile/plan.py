@@ -531,7 +531,11 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
             raise
         return _litert_plan(model, flags)  # ops litegpu lacks, which the official interpreter has
     if litert is None or not _litert_is_faster(model, chosen, litert, openvino):
+        if litert is not None:
+            litert.forget(model)  # the interpreter made to time it
         return chosen
+    if openvino is not None:
+        openvino.forget(model)  # the partitions compiled to plan and time it
     return _litert_plan(model, flags)
 
 
