@@ -4,7 +4,7 @@
 
 Without model arguments: every model in ../shared/models, tests/heldout/models and bench/.zoo.  Each model
 is measured in its own process (a crash or a big model's memory stays there), where four variants run
-alternately, round-robin with the starting variant rotated every round, on the same inputs, every output
+alternately, in a new (seeded random) order every round, on the same inputs, every output
 read back to host memory, all at ``--threads`` threads and in fp32:
 
 - xnnpack: ``ai_edge_litert`` Interpreter, default delegate (XNNPACK) -- the official default;
@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -110,8 +111,11 @@ def measure(path: Path, threads: int, seconds: float, max_runs: int) -> dict:
         fn()
     deadline = time.perf_counter() + seconds * len(runners)
     rounds = 0
+    # A new order every round (seeded): with a fixed rotation each variant mostly follows the same other one,
+    # and OpenVINO's and XLA's worker threads still spinning after their run slow whoever comes next.
+    shuffle = random.Random(0)
     while rounds < 5 or (time.perf_counter() < deadline and rounds < max_runs):
-        for name in order[rounds % len(order):] + order[:rounds % len(order)]:
+        for name in shuffle.sample(order, len(order)):
             t = time.perf_counter()
             runners[name]()
             times[name].append((time.perf_counter() - t) * 1e3)

@@ -249,3 +249,22 @@ def test_sample_inputs_are_valid_indices_for_integer_inputs():
     model = read_model(to_bytes(b.build()))
     (x,) = sample_inputs(model, whole(model))
     assert x.dtype == np.int32 and not x.any()
+
+
+@pytest.mark.skipif(not (SHARED / "mobilenet_v3_small_int8.tflite").exists(), reason="needs ../shared/models")
+def test_integer_models_follow_the_official_default_unless_exact_is_asked():
+    path = str(SHARED / "mobilenet_v3_small_int8.tflite")
+    fast = litegpu.CompiledModel.from_file(path, CPU)
+    assert set(fast.plan.ops_per_engine()) == {"litert"}
+    x = np.random.default_rng(5).integers(-128, 127, (1, 224, 224, 3)).astype(np.int8)
+    official = litert.Interpreter(model_path=path)
+    official.allocate_tensors()
+    official.set_tensor(official.get_input_details()[0]["index"], x)
+    official.invoke()
+    want = official.get_tensor(official.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(list(fast.run([x]).values())[0], want)  # XNNPACK's int8 results, exactly
+    exact = litegpu.CompiledModel.from_file(path, litegpu.Options(
+        CPU, cpu_options=litegpu.CpuOptions(quantized_execution="exact")))
+    assert set(exact.plan.ops_per_engine()) == {"xla"}
+    with pytest.raises(InvalidArgumentError, match="quantized_execution"):
+        litegpu.CpuOptions(quantized_execution="xnnpack")

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..ir import Model
+from ..ir import Model, Operator, Subgraph
 from ..ops import Target
 from .graph import OpRange
 
@@ -34,6 +34,7 @@ class EngineSettings:
     num_threads: int = 0            # 0: the engine's default (all cores)
     precision: str = "fp32"         # "fp32", or a reduced precision the user asked for ("bf16", "fp16")
     approximate_integers: bool = False  # integer / hybrid ops may run with an engine's own int8 arithmetic
+    exact_integers: bool = False        # integer / hybrid ops only on the exact TFLite kernels (not XNNPACK's)
 
 
 class Executable(abc.ABC):
@@ -170,6 +171,26 @@ def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: A
         if candidate.available():
             found[candidate.name] = candidate
     return found
+
+
+# Tensor dtypes that mean TFLite integer arithmetic when they carry a quantization (or always, for sub-byte weights).
+QUANTIZED_DTYPES = ("int8", "uint8", "int16", "int4", "int2", "uint4")
+
+
+def integer_arithmetic(sg: Subgraph, op: Operator) -> bool:
+    """Whether ``op`` computes with TFLite's integer (or hybrid, dynamic-range) arithmetic, where engines differ
+    from the builtin kernels by a few units; DEQUANTIZE of a constant (weight-only quantization, float16
+    weights) is exact in any engine."""
+    tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
+    quantized = any(t.dtype in QUANTIZED_DTYPES and (
+        t.dtype in ("int4", "int2", "uint4") or t.quantization is not None and t.quantization.is_affine)
+        for t in tensors)
+    return quantized and not _is_weight_dequantize(sg, op)
+
+
+def _is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
+    return op.opcode_name == "DEQUANTIZE" and bool(op.inputs) and sg.tensors[op.inputs[0]].data is not None \
+        and sg.tensors[op.outputs[0]].dtype == "float32"
 
 
 def cpu_name() -> str:

@@ -13,8 +13,8 @@ than OpenVINO's.  So the planner may give a whole model to the official runtime 
   variables keep one state, with the thread count asked for (the official default is one thread; litegpu's
   default, ``num_threads=0``, means every core).  XNNPACK packs the weights at the first run: nothing to cache.
 - **Run** writes the inputs into the interpreter, invokes it and copies the outputs out (the next run would
-  overwrite them).  A model without signatures is run through the tensor indices of subgraph 0; the
-  signatures of a model through their signature runners.  New input shapes resize the interpreter's inputs.
+  overwrite them).  A model with signatures on several subgraphs runs through their signature runners;
+  the others through the tensor indices of subgraph 0.  New input shapes resize the interpreter's inputs.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ import numpy as np
 from ..errors import EngineCompileError, ModelExecutionError
 from ..ir import Model, numpy_dtype
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, cpu_name
+from .engine import Engine, EngineSettings, Executable, cpu_name, integer_arithmetic
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
 
-# The official interpreter copies a model it is given in memory and XNNPACK packs a second copy of the
-# weights: models past this size stay on XLA, which maps the weights in place (the 1.3x memory goal).
-MAX_LITERT_MODEL_BYTES = 256 << 20
+# XNNPACK packs a copy of the weights: models past this size stay on XLA, which maps the weights in place
+# (the 1.3x memory goal of big models); the same bound as OpenVINO's, which copies them too.
+MAX_LITERT_MODEL_BYTES = 1 << 30
 _SUB_BYTE = ("int4", "uint4", "int2")
 
 
@@ -111,6 +111,10 @@ class LiteRtEngine(Engine):
         if sub_byte:
             return (f"{'/'.join(sub_byte)} weights: XNNPACK does not take them and the builtin kernels that would run "
                     "them are 10x slower than XLA's (BENCHMARKS.md, LLM table)")
+        if self.settings.exact_integers and any(integer_arithmetic(sg, op) for sg in model.subgraphs
+                                                for op in sg.operators):
+            return ("integer arithmetic with CpuOptions(quantized_execution=\"exact\"): kept on the exact TFLite "
+                    "kernels (XNNPACK's are a few units from the builtin ones)")
         python_ops = _python_custom_ops(model)
         if python_ops:
             return f"custom ops registered from Python ({', '.join(sorted(python_ops))}) run in litegpu only"
@@ -241,8 +245,11 @@ class LiteRtExecutable(Executable):
         sg = shared.model.subgraphs[op_range.subgraph]
         self._output_dtypes = [np.dtype(numpy_dtype(sg.tensors[t].dtype)) for t in op_range.outputs]
         # A signature runner holds a reference to the interpreter, after which the interpreter's own invoke
-        # refuses to run ("reference to internal data"): a model with signatures runs all of them that way.
-        self._run = self._run_signature if shared.model.signatures else self._run_subgraph0
+        # refuses to run ("reference to internal data"): a model with a signature on another subgraph than 0
+        # runs all of them that way; the others (most models: none, or serving_default on subgraph 0) run
+        # subgraph 0 through its tensor indices, a few microseconds less per call.
+        uses_runners = any(s.subgraph_index != 0 for s in shared.model.signatures)
+        self._run = self._run_signature if uses_runners else self._run_subgraph0
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         arrays = [np.asarray(x) for x in inputs]

@@ -40,14 +40,11 @@ from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import write_model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable
+from .engine import Engine, EngineSettings, Executable, integer_arithmetic
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
 
-# Tensor dtypes that mean TFLite integer arithmetic when they carry a quantization (or always, for
-# sub-byte weights): those ops stay on the exact kernels.
-_QUANTIZED_DTYPES = ("int8", "uint8", "int16", "int4", "int2", "uint4")
 _OPAQUE_DTYPES = ("resource", "variant", "string")
 _STATEFUL = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "RANDOM_UNIFORM",
                        "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "HASHTABLE", "HASHTABLE_FIND",
@@ -199,18 +196,10 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers
 
         if isinstance(find(op.opcode_name, custom=True), PythonCustomOp):
             return "a custom op registered from Python"
-    quantized = [t for t in tensors if t.dtype in _QUANTIZED_DTYPES and (
-        t.dtype in ("int4", "int2", "uint4") or t.quantization is not None and t.quantization.is_affine)]
-    if quantized and not approximate_integers and not _is_weight_dequantize(sg, op):
+    if not approximate_integers and integer_arithmetic(sg, op):
         return ("quantized integer arithmetic: kept on the exact TFLite kernels (OpenVINO's int8 results differ "
                 "from the builtin kernels by more than XNNPACK's)")
     return None
-
-
-def _is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
-    """DEQUANTIZE of a constant (weight-only quantization, float16 weights): exact in any engine."""
-    return op.opcode_name == "DEQUANTIZE" and op.inputs and sg.tensors[op.inputs[0]].data is not None \
-        and sg.tensors[op.outputs[0]].dtype == "float32"
 
 
 def _constant_bytes(model: Model) -> int:

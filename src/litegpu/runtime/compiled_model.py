@@ -464,7 +464,8 @@ class CompiledModel:
 
         cpu = self._options.cpu_options
         return EngineSettings(num_threads=cpu.num_threads, precision=cpu.precision,
-                              approximate_integers=cpu.quantized_execution == "fast")
+                              approximate_integers=cpu.quantized_execution == "fast",
+                              exact_integers=cpu.quantized_execution == "exact")
 
     def _make_backend(self, subgraph: int) -> Any:
         if self._plan.is_split or self._plan.target in (Target.OPENVINO, Target.LITERT):

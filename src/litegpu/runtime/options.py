@@ -57,10 +57,11 @@ class CpuOptions:
     the OpenVINO and LiteRT engines (0: all cores); XLA CPU sizes its own thread pool per process.
     ``precision``: "fp32" (default, on every engine) or "bf16", which lets OpenVINO compute in bfloat16
     on CPUs with AMX / AVX512-BF16 (faster, about 1e-2 relative error: BENCHMARKS.md); XLA partitions
-    stay fp32.  ``quantized_execution``: "exact" (default: integer and dynamic-range ops on the exact
-    TFLite kernels, bit for bit with the official builtin kernels) or "fast" (the fast path may give them
-    to OpenVINO's int8 kernels: much faster on AMX / VNNI CPUs, a few units from the builtin kernels,
-    sometimes further than XNNPACK: BENCHMARKS.md).  ``engines``: the engines the fast path may choose
+    stay fp32.  ``quantized_execution`` (integer and dynamic-range ops on the fast path): None (default,
+    as the official default: XNNPACK's int8 kernels where the official interpreter takes the model, a few
+    units from the builtin kernels; the exact kernels otherwise), "exact" (always the exact TFLite kernels,
+    bit for bit with the official builtin kernels) or "fast" (OpenVINO's int8 kernels may take them too:
+    much faster on AMX / VNNI CPUs, sometimes further from the builtin kernels than XNNPACK: BENCHMARKS.md).  ``engines``: the engines the fast path may choose
     from besides XLA, of "litert" (the official interpreter with XNNPACK, given whole models where it is
     the fastest: small models, integer models) and "openvino" (float ops); None: every one installed.  XLA
     and the numpy reference run what they leave.  The xnnpack fields exist for compatibility and change
@@ -73,7 +74,7 @@ class CpuOptions:
     xnnpack_flags: int | None = None
     xnnpack_weight_cache_path: str = ""
     precision: str = "fp32"
-    quantized_execution: str = "exact"
+    quantized_execution: str | None = None
     engines: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -87,8 +88,8 @@ class CpuOptions:
             self.engines = tuple(self.engines)
         if not isinstance(self.num_threads, int) or self.num_threads < 0:
             raise InvalidArgumentError(f"CpuOptions.num_threads must be an int >= 0, got {self.num_threads!r}")
-        if self.quantized_execution not in ("exact", "fast"):
-            raise InvalidArgumentError(f"CpuOptions.quantized_execution must be 'exact' or 'fast', got "
+        if self.quantized_execution not in (None, "exact", "fast"):
+            raise InvalidArgumentError(f"CpuOptions.quantized_execution must be None, 'exact' or 'fast', got "
                                        f"{self.quantized_execution!r}")
         if self.kernel_mode is not None:
             try:
