@@ -87,10 +87,16 @@ def test_new_input_shapes_resize_the_interpreter():
     np.testing.assert_allclose(one, got[:1], rtol=1e-6, atol=1e-6)
 
 
-def test_ops_outside_a_whole_subgraph_are_refused():
-    model = read_model(small_mlp())
-    refused = LiteRtEngine().unsupported(model, 0, [0, 1])
-    assert set(refused) == {0, 1} and "whole subgraphs" in refused[0]
+def test_a_part_of_a_subgraph_runs_as_a_sub_model():
+    data = small_mlp()
+    model = read_model(data)
+    sg = model.subgraphs[0]
+    first, relu = sg.operators[0], sg.operators[1]
+    part = OpRange(0, (0, 1), (first.inputs[0],), (relu.outputs[0],))   # FULLY_CONNECTED -> RELU
+    x = np.random.default_rng(6).normal(size=(1, 16)).astype(np.float32)
+    (got,) = LiteRtEngine().compile(model, part, EngineSettings()).run([x])
+    w1 = sg.tensors[first.inputs[1]].data
+    np.testing.assert_allclose(got, np.maximum(x @ w1.T, 0), rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_the_interpreter_cannot_load_is_refused_with_its_message():
@@ -268,3 +274,21 @@ def test_integer_models_follow_the_official_default_unless_exact_is_asked():
     assert set(exact.plan.ops_per_engine()) == {"xla"}
     with pytest.raises(InvalidArgumentError, match="quantized_execution"):
         litegpu.CpuOptions(quantized_execution="xnnpack")
+
+
+@pytest.mark.skipif(not (SHARED / "mediapipe_selfie_segmentation.tflite").exists(), reason="needs ../shared/models")
+def test_a_model_split_around_a_custom_op_times_the_official_interpreter_on_its_part(monkeypatch):
+    pytest.importorskip("openvino")
+    calls = _openvino_or_litert(monkeypatch, "litert")
+    path = str(SHARED / "mediapipe_selfie_segmentation.tflite")
+    fast = litegpu.CompiledModel.from_file(path, CPU)
+    assert calls == [["litert", "openvino"]]          # the whole model does not load there; its big part does
+    engines = [(p.engine, [fast.model.main.operators[i].opcode_name for i in p.op_indices]) for p in fast.plan.partitions]
+    assert [e for e, _ in engines] == ["litert", "xla"]
+    # the float16 weights of the custom op are dequantized beside it, not handed over on every run
+    assert "Convolution2DTransposeBias" in engines[1][1] and engines[1][1].count("DEQUANTIZE") == 2
+    x = np.random.default_rng(7).random((1, 256, 256, 3), np.float32)
+    exact = litegpu.CompiledModel.from_file(path, litegpu.Options(
+        CPU, cpu_options=litegpu.CpuOptions(kernel_mode=litegpu.CpuKernelMode.BUILTIN)))
+    np.testing.assert_allclose(list(fast.run([x]).values())[0], list(exact.run([x]).values())[0], rtol=1e-4,
+                               atol=1e-4)

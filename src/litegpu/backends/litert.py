@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineCompileError, ModelExecutionError
+from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, numpy_dtype
+from ..ir.extract import port_tensor_index
 from ..ops import Target
 from .engine import Engine, EngineSettings, Executable, cpu_name, integer_arithmetic
 from .graph import OpRange
@@ -87,10 +88,12 @@ class LiteRtEngine(Engine):
 
     # ---- support ----------------------------------------------------------------------------
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        """For a whole subgraph the whole model's verdict (``model_refusal``) on every op; a part of one runs as
+        a sub-model (which may load where the whole model does not: a custom op left out), whose own refusal
+        ``compile`` raises."""
         sg = model.subgraphs[subgraph]
-        if sorted(op_indices) != list(range(len(sg.operators))):
-            return {i: "the official interpreter runs whole subgraphs here" for i in op_indices}
-        reason = self.model_refusal(model)
+        whole = sorted(op_indices) == list(range(len(sg.operators)))
+        reason = self.model_refusal(model) if whole else self.settings_refusal(model)
         return {i: reason for i in op_indices} if reason is not None else {}
 
     def model_refusal(self, model: Model) -> str | None:
@@ -100,6 +103,18 @@ class LiteRtEngine(Engine):
         return self._refusals[id(model)]
 
     def _find_refusal(self, model: Model) -> str | None:
+        reason = self.settings_refusal(model)
+        if reason is not None:
+            return reason
+        try:
+            self.interpreter(model)
+        except EngineCompileError as e:
+            return str(e)
+        return None
+
+    def settings_refusal(self, model: Model) -> str | None:
+        """Why the official interpreter may not run ``model`` or a part of it, before loading it: settings it
+        cannot honour, weights it would copy or run slowly, custom ops that live in litegpu only."""
         from ..ir.save import constant_bytes
 
         if self.settings.precision != "fp32":
@@ -118,29 +133,41 @@ class LiteRtEngine(Engine):
         python_ops = _python_custom_ops(model)
         if python_ops:
             return f"custom ops registered from Python ({', '.join(sorted(python_ops))}) run in litegpu only"
-        try:
-            self.interpreter(model)
-        except EngineCompileError as e:
-            return str(e)
         return None
 
     # ---- compile ----------------------------------------------------------------------------
-    def interpreter(self, model: Model) -> "_SharedInterpreter":
-        """The model's one interpreter (created, tensors allocated, on first use)."""
-        if id(model) not in self._interpreters:
-            self._interpreters[id(model)] = _SharedInterpreter(model, self.file, thread_count(self.settings))
-        return self._interpreters[id(model)]
+    def interpreter(self, model: Model, part: OpRange | None = None) -> "_SharedInterpreter":
+        """The model's one interpreter, or ``part`` cut out as a sub-model in one of its own (created, tensors
+        allocated, on first use)."""
+        key = (id(model), part)
+        if key not in self._interpreters:
+            if part is None:
+                self._interpreters[key] = _SharedInterpreter(model, self.file, thread_count(self.settings))
+            else:
+                self._interpreters[key] = _SharedInterpreter(_sub_model(model, part), None, thread_count(self.settings))
+        return self._interpreters[key]
 
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> "LiteRtExecutable":
+        """An entry subgraph runs on the model's interpreter; a part of one as a sub-model (ports renamed
+        ``t<index>`` by ``ir.extract``)."""
         refused = self.unsupported(model, op_range.subgraph, op_range.op_indices)
         if refused:
             raise EngineCompileError(f"{model.source}: the official interpreter cannot run {op_range}: "
                                      f"{next(iter(refused.values()))}")
-        return LiteRtExecutable(self.interpreter(model), op_range)
+        sg = model.subgraphs[op_range.subgraph]
+        whole = sorted(op_range.op_indices) == list(range(len(sg.operators))) and \
+            set(op_range.inputs) == set(sg.inputs) and set(op_range.outputs) <= set(sg.outputs)
+        if whole:
+            return LiteRtExecutable(self.interpreter(model), op_range, model)
+        shared = self.interpreter(model, op_range)
+        index = {port_tensor_index(t.name): t.index for t in shared.model.subgraphs[0].tensors}
+        return LiteRtExecutable(shared, op_range, model, ports=index)
 
-    def forget(self, model: Model) -> None:
-        self._interpreters.pop(id(model), None)
+    def forget(self, model: Model, part: OpRange | None = None) -> None:
+        """Drop the interpreters made for ``model`` (only the one of ``part``, when given)."""
+        for key in [k for k in self._interpreters if k[0] == id(model) and (part is None or k[1] == part)]:
+            del self._interpreters[key]
 
     def reset_variables(self) -> None:
         """Resource variables of every model this engine runs go back to their initial values."""
@@ -148,35 +175,63 @@ class LiteRtEngine(Engine):
             shared.reset_variables()
 
     # ---- choice --------------------------------------------------------------------------------
-    def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: Engine) -> str:
-        """"litert" or ``other.name``: which engine runs these partitions (a model's entry subgraphs) faster,
-        timed alternately on sample inputs; the verdict is kept in the compile cache, keyed by the model,
-        both engines' versions, the thread count and the CPU."""
-        key = None
-        if self.cache is not None:
-            from ..compile.cache import make_key
-            from .openvino import openvino_version
+    def _choice_key(self, model: Model, scope: str, other: Engine) -> str | None:
+        if self.cache is None:
+            return None
+        from ..compile.cache import make_key
+        from .openvino import openvino_version
 
-            key = make_key({**self.cache_key, "choice": ["litert", other.name], "litert": litert_version(),
-                            "openvino": openvino_version(), "threads": thread_count(self.settings),
-                            "cpu": cpu_name(), "ranges": [str(r) for r in op_ranges]})
-            stored = self.cache.load(key)
-            if stored in (b"litert", other.name.encode()):
-                return stored.decode()
-            if stored is not None:
-                self.cache.discard(key, "not an engine name")
+        return make_key({**self.cache_key, "choice": ["litert", other.name], "scope": scope,
+                         "litert": litert_version(), "openvino": openvino_version(),
+                         "threads": thread_count(self.settings), "cpu": cpu_name()})
+
+    def cached_choice(self, model: Model, scope: str, other: Engine) -> str | None:
+        """The verdict of an earlier ``faster_than`` on the same model, scope, versions and CPU, if cached."""
+        key = self._choice_key(model, scope, other)
+        stored = self.cache.load(key) if key is not None else None
+        if stored in (b"litert", other.name.encode()):
+            return stored.decode()
+        if stored is not None:
+            self.cache.discard(key, "not an engine name")
+        return None
+
+    def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
+        """"litert" or ``other.name``: which engine runs these partitions (``scope`` names them: the whole
+        model, or one partition) faster, timed alternately on sample inputs; the verdict is kept in the compile
+        cache, keyed by the model, the scope, both engines' versions, the thread count and the CPU."""
+        cached = self.cached_choice(model, scope, other)
+        if cached is not None:
+            return cached
         from .engine import fastest, sample_inputs
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
-        candidates = {"litert": [(self.compile(model, r, self.settings), x) for r, x in zip(op_ranges, inputs)],
-                      other.name: [(other.compile(model, r, other.settings, other.cache, other.cache_key), x)
-                                   for r, x in zip(op_ranges, inputs)]}
+        try:
+            ours = [(self.compile(model, r, self.settings), x) for r, x in zip(op_ranges, inputs)]
+        except EngineCompileError as e:
+            log.info("%s: %s", model.source, e)
+            return other.name
+        candidates = {"litert": ours, other.name: [(other.compile(model, r, other.settings, other.cache,
+                                                                  other.cache_key), x)
+                                                   for r, x in zip(op_ranges, inputs)]}
         winner, medians = fastest(candidates)
-        log.info("%s: %s", model.source, ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in medians.items()))
+        log.info("%s, %s: %s", model.source, scope, ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in medians.items()))
+        if winner != "litert":
+            for r in op_ranges:
+                self.forget(model, r)  # a sub-model's interpreter (the whole model's goes with the plan)
+        key = self._choice_key(model, scope, other)
         if key is not None:
             self.cache.store(key, winner.encode(), {"engine": "litert", "what": "engine choice",
-                                                    "source": model.source})
+                                                    "source": model.source, "scope": scope})
         return winner
+
+
+def _sub_model(model: Model, part: OpRange) -> Model:
+    from ..ir.extract import extract_ops
+
+    try:
+        return extract_ops(model, part.subgraph, part.op_indices, part.inputs, part.outputs)
+    except LiteGpuError as e:
+        raise EngineCompileError(f"{model.source}: {part} cannot be cut out for the official interpreter: {e}") from e
 
 
 def _python_custom_ops(model: Model) -> set[str]:
@@ -236,14 +291,17 @@ def _first_line(error: Exception) -> str:
 
 
 class LiteRtExecutable(Executable):
-    """One entry subgraph of a model run by the official interpreter."""
+    """An entry subgraph of a model run by the official interpreter, or a part of one run as a sub-model
+    (``ports``: the model's tensor index -> the sub-model's)."""
 
     where = "host"
 
-    def __init__(self, shared: _SharedInterpreter, op_range: OpRange):
+    def __init__(self, shared: _SharedInterpreter, op_range: OpRange, model: Model, ports: dict | None = None):
         self.shared, self.op_range = shared, op_range
-        sg = shared.model.subgraphs[op_range.subgraph]
+        sg = model.subgraphs[op_range.subgraph]
         self._output_dtypes = [np.dtype(numpy_dtype(sg.tensors[t].dtype)) for t in op_range.outputs]
+        self._inputs = [ports[t] for t in op_range.inputs] if ports else list(op_range.inputs)
+        self._outputs = [ports[t] for t in op_range.outputs] if ports else list(op_range.outputs)
         # A signature runner holds a reference to the interpreter, after which the interpreter's own invoke
         # refuses to run ("reference to internal data"): a model with a signature on another subgraph than 0
         # runs all of them that way; the others (most models: none, or serving_default on subgraph 0) run
@@ -270,12 +328,12 @@ class LiteRtExecutable(Executable):
             self._resize([tuple(int(d) for d in s) for s in input_shapes])
             details = {d["index"]: d for d in self.shared.interpreter.get_output_details()}
         return [(tuple(int(d) for d in details[t]["shape"]), dtype)
-                for t, dtype in zip(self.op_range.outputs, self._output_dtypes)]
+                for t, dtype in zip(self._outputs, self._output_dtypes)]
 
     def _resize(self, shapes: Sequence[tuple[int, ...]]) -> None:
         interpreter, current = self.shared.interpreter, self.shared.input_shapes
         resized = False
-        for t, shape in zip(self.op_range.inputs, shapes):
+        for t, shape in zip(self._inputs, shapes):
             if current[t] != shape:
                 interpreter.resize_tensor_input(t, shape, strict=False)
                 current[t] = shape
@@ -286,10 +344,10 @@ class LiteRtExecutable(Executable):
     def _run_subgraph0(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         self._resize([a.shape for a in arrays])
         interpreter = self.shared.interpreter
-        for t, a in zip(self.op_range.inputs, arrays):
+        for t, a in zip(self._inputs, arrays):
             interpreter.set_tensor(t, a)
         interpreter.invoke()
-        return [interpreter.get_tensor(t) for t in self.op_range.outputs]
+        return [interpreter.get_tensor(t) for t in self._outputs]
 
     def _run_signature(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         runner, input_names, output_names = self.shared.signature_runner(self.op_range.subgraph)

@@ -28,7 +28,7 @@ import logging
 import math
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -525,21 +525,25 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     # engines given are the ones to use (CpuOptions.engines); without any, OpenVINO where it is installed
     openvino = engines.get("openvino") if engines is not None else _openvino_engine(None)
     litert = (engines or {}).get("litert")
-    if litert is not None and litert.model_refusal(model) is not None:
-        litert = None
+    takes_whole = litert is not None and litert.model_refusal(model) is None
+    if takes_whole and openvino is not None and litert.cached_choice(model, WHOLE, openvino) == "litert":
+        return _litert_plan(model, flags)  # a warm start: no OpenVINO conversion to decide what timing decided
     try:
         chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
     except UnsupportedOpError:
-        if litert is None:
+        if not takes_whole:
             raise
         return _litert_plan(model, flags)  # ops litegpu lacks, which the official interpreter has
-    if litert is None or not _litert_is_faster(model, chosen, litert, openvino):
-        if litert is not None:
-            litert.forget(model)  # the interpreter made to time it
+    if litert is None:
         return chosen
-    if openvino is not None:
-        openvino.forget(model)  # the partitions compiled to plan and time it
-    return _litert_plan(model, flags)
+    if takes_whole and _litert_is_faster(model, chosen, litert, openvino):
+        if openvino is not None:
+            openvino.forget(model)  # the partitions compiled to plan and time it
+        return _litert_plan(model, flags)
+    litert.forget(model)  # the interpreter made to time it
+    if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
+        return _litert_partitions(model, chosen, litert, openvino)
+    return chosen
 
 
 def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
@@ -568,8 +572,8 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, open
     - Against XLA (and numpy) alone -- integer models, resource variables, ops OpenVINO refuses --
       yes without measuring: XLA's exact kernels ran slower than XNNPACK on 32 of the 36 models measured
       (BENCHMARKS.md, "exact" column), and faster only on big float models, which OpenVINO takes.
-    - Against a model split between OpenVINO and XLA: no; OpenVINO's partitions hold enough work
-      (``MIN_OPENVINO_RUN_MACS``) to beat XNNPACK there.
+    - Against a model split between OpenVINO and XLA: no (the official interpreter loaded the whole model,
+      but XLA runs some of its ops faster or exactly); ``_litert_partitions`` times OpenVINO's partitions.
     - Against OpenVINO alone: measured, on models of at most ``LITERT_MEASURE_MAX_MACS``; which is faster
       depends on the CPU and the model (BENCHMARKS.md: OpenVINO wins on big CNNs, XNNPACK on small mobile
       CNNs, and on transformers on one machine but not the other); OpenVINO ran faster on every bigger model.
@@ -581,7 +585,23 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, open
         return False
     if model_macs(model) > LITERT_MEASURE_MAX_MACS:
         return False
-    return litert.faster_than(model, [p.op_range() for p in chosen.partitions], openvino) == "litert"
+    return litert.faster_than(model, [p.op_range() for p in chosen.partitions], openvino, WHOLE) == "litert"
+
+
+def _litert_partitions(model: Model, chosen: DelegationPlan, litert: object, openvino: object) -> DelegationPlan:
+    """A model split between OpenVINO and XLA: each OpenVINO partition timed against the official interpreter
+    running the same ops as a sub-model, and given to the faster."""
+    partitions = []
+    for p in chosen.partitions:
+        if p.target is Target.OPENVINO and sum(multiply_accumulates(model.subgraphs[p.subgraph_index], op)
+                                               for op in (model.subgraphs[p.subgraph_index].operators[i]
+                                                          for i in p.op_indices)) <= LITERT_MEASURE_MAX_MACS \
+                and litert.faster_than(model, [p.op_range()], openvino, str(p.op_range())) == "litert":
+            p = replace(p, target=Target.LITERT)
+        partitions.append(p)
+    targets = {p.target for p in partitions}
+    main = Target.OPENVINO if Target.OPENVINO in targets else Target.LITERT if Target.LITERT in targets else chosen.target
+    return replace(chosen, target=main, partitions=tuple(partitions))
 
 
 def model_macs(model: Model) -> int:
@@ -598,6 +618,8 @@ CPU_KERNELS = ("fast", "builtin", "reference")
 # about 1.5 s; the verdict is kept in the compile cache).  Above it OpenVINO runs them: it was faster than
 # XNNPACK on every such model measured (batch 8 of ResNet50, Inception, ConvNeXt, VGG16, DenseNet).
 LITERT_MEASURE_MAX_MACS = 20_000_000_000
+# The scope of a timing verdict that covers the whole model (its entry subgraphs).
+WHOLE = "whole model"
 # An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of
 # its edges, one more dispatch each side: about 0.1 ms) only when it holds real work: at least this
 # many multiply-accumulates in its matrix products and convolutions (about 1 ms of XLA CPU work).  At
@@ -637,6 +659,7 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
         num_ops += len(order)
         refused = openvino.unsupported(model, index, order)
         side = {i: "xla" if i in refused else "openvino" for i in order}
+        _weights_follow_their_users(sg, order, side)
         for _ in range(MAX_PLAN_ROUNDS):
             _keep_worthwhile_openvino_runs(sg, order, side)
             parts = _engine_parts(model, sg, order, side, support)
@@ -687,6 +710,23 @@ def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict
         for target, ops in _cpu_targets(run, cpu_ok, whole_reference=False):
             parts.append((CPU, target, ops, ()))
     return parts
+
+
+def _weights_follow_their_users(sg: Subgraph, order: tuple[int, ...], side: dict[int, str]) -> None:
+    """A DEQUANTIZE of a constant (float16 or weight-only int8 weights) runs beside the ops that read it: else a
+    partition would hand the dequantized weights over to the next one on every run (and XNNPACK cannot return a
+    weight it folded as a sub-model's output)."""
+    users: dict[int, set[str]] = {}
+    for i in order:
+        for t in sg.operators[i].inputs:
+            if t >= 0:
+                users.setdefault(t, set()).add(side[i])
+    for i in order:
+        op = sg.operators[i]
+        if op.opcode_name == "DEQUANTIZE" and op.inputs and sg.tensors[op.inputs[0]].data is not None:
+            sides = set().union(*(users.get(t, set()) for t in op.outputs if t >= 0))
+            if len(sides) == 1:
+                side[i] = sides.pop()
 
 
 def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: dict[int, str]) -> None:

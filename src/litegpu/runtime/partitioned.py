@@ -99,8 +99,8 @@ class _LiteRtUnit:
 
     where = HOST
 
-    def __init__(self, executable: Any, traced: Callable[[], Any]):
-        self.executable, self.op_range, self._traced = executable, executable.op_range, traced
+    def __init__(self, executable: Any, traced: Callable[[], Any], model: ir.Model):
+        self.executable, self.op_range, self._traced, self.model = executable, executable.op_range, traced, model
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         return self.executable.run(inputs)
@@ -109,7 +109,7 @@ class _LiteRtUnit:
         found = self.executable.output_shapes(input_shapes)
         if found is not None:
             return found
-        sg = self.executable.shared.model.subgraphs[self.op_range.subgraph]
+        sg = self.model.subgraphs[self.op_range.subgraph]
         return self._traced().output_shapes([(tuple(shape), ir.numpy_dtype(sg.tensors[t].dtype))
                                              for shape, t in zip(input_shapes, self.op_range.inputs)])
 
@@ -190,12 +190,14 @@ class PartitionedModel:
         return unit
 
     def _litert_unit(self, partition: Partition) -> Any:
-        """The partition (an entry subgraph) on the model's one official interpreter."""
+        """The partition on the official interpreter: an entry subgraph on the model's one interpreter, a part of
+        one (a split plan) as a sub-model."""
         from ..backends.litert import LiteRtEngine
 
         engine = self.engines.get("litert") or self.engines.setdefault("litert", LiteRtEngine(self.engine_settings))
         executable = engine.compile(self.model, partition.op_range(), self.engine_settings)
-        return _LiteRtUnit(executable, lambda: self.unit(dataclasses.replace(partition, target=Target.XLA_CPU)).backend)
+        return _LiteRtUnit(executable, lambda: self.unit(dataclasses.replace(partition, target=Target.XLA_CPU)).backend,
+                           self.model)
 
     def _exact_unit(self, partition: Partition) -> Any:
         """What runs an OpenVINO partition that OpenVINO cannot compile: XLA, or numpy where XLA refuses an op."""
