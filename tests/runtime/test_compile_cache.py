@@ -166,7 +166,7 @@ def test_openvino_any_change_misses(tmp_path, change, without_litert):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "corrupt"])
-def test_openvino_damaged_entries_are_rebuilt(tmp_path, damage):
+def test_openvino_damaged_entries_are_rebuilt(tmp_path, damage, without_litert):
     path = small_model(tmp_path / "m.tflite")
     expected = run_once(path, tmp_path / "c", kernel_mode=FAST)
     for entry in (tmp_path / "c").glob("*.bin"):
@@ -179,7 +179,7 @@ def test_openvino_damaged_entries_are_rebuilt(tmp_path, damage):
         assert litegpu.compile.cache.CompileCache(tmp_path / "c").verify() == []
 
 
-def test_openvino_blob_it_cannot_import_is_discarded(tmp_path, monkeypatch):
+def test_openvino_blob_it_cannot_import_is_discarded(tmp_path, monkeypatch, without_litert):
     """An entry with a valid checksum that OpenVINO refuses (another build wrote it) is rebuilt, not trusted."""
     from litegpu.backends import openvino as engine
 
