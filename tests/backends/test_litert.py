@@ -120,13 +120,18 @@ def test_big_models_and_reduced_precision_stay_off_it(monkeypatch):
     assert "XLA maps them in place" in LiteRtEngine().model_refusal(model)
 
 
-def test_variables_keep_their_state_across_runs_and_reset():
+def accumulator(initial: float) -> bytes:
+    """acc = initial (CALL_ONCE); each run: acc += x, returns acc: a resource variable."""
     b = ModelBuilder()
     x = b.input("x", (2, 3))
-    init = add_init_subgraph(b, {"acc": np.ones((2, 3), np.float32)})
+    init = add_init_subgraph(b, {"acc": np.full((2, 3), initial, np.float32)})
     b.op("CALL_ONCE", [], [], init_subgraph_index=init.index)
     b.output(accumulate(b, "acc", x, (2, 3)))
-    data = to_bytes(b.build())
+    return to_bytes(b.build())
+
+
+def test_variables_keep_their_state_across_runs_and_reset():
+    data = accumulator(1.0)
     cm = litegpu.CompiledModel.from_buffer(data, CPU)
     assert cm.plan.ops_per_engine() == {"litert": len(read_model(data).subgraphs[0].operators)}
     x = np.full((2, 3), 2.0, np.float32)
@@ -163,12 +168,7 @@ def sample_inputs_for(detail):
 # ---- how the planner chooses ------------------------------------------------------------------
 
 def test_models_xla_would_run_alone_go_to_the_official_interpreter():
-    b = ModelBuilder()
-    x = b.input("x", (2, 3))
-    init = add_init_subgraph(b, {"acc": np.zeros((2, 3), np.float32)})
-    b.op("CALL_ONCE", [], [], init_subgraph_index=init.index)
-    b.output(accumulate(b, "acc", x, (2, 3)))
-    data = to_bytes(b.build())
+    data = accumulator(0.0)
     assert litegpu.CompiledModel.from_buffer(data, CPU).plan.target.value == "litert"
     # without it (or in the exact mode) XLA runs them
     no_litert = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(engines=("openvino",)))

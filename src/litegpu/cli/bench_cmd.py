@@ -323,10 +323,11 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
         if profile:
             result["profile"] = profile_ops(session, repeats=max(3, min(runs, PROFILE_REPEATS_MAX)),
                                             progress=bar, whole_model_ms=result["latency_ms"]["median"])
-            if "openvino" in session.model.plan.ops_per_engine():
-                # OpenVINO runs a partition as one fused program: it has no per-op times to give
-                result["profile"]["note"] = ("per-op times are the exact kernels' under XLA; OpenVINO runs its "
-                                             "partitions whole, so they are not its times")
+            if {"openvino", "litert"} & set(session.model.plan.ops_per_engine()):
+                # OpenVINO and the official interpreter run a partition as one program: no per-op times to give
+                result["profile"]["note"] = ("per-op times are the exact kernels' under XLA; OpenVINO and the "
+                                             "official interpreter run their partitions whole, so they are not "
+                                             "their times")
         session.model.close()
         return result
     finally:
