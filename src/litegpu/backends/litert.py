@@ -1,17 +1,22 @@
 """The LiteRT engine: the official interpreter with its default XNNPACK delegate, for the models it runs fastest.
 
-Measured on the development machine (BENCHMARKS.md, "CPU engines side by side"), no engine litegpu has
+Measured on the development machines (BENCHMARKS.md, "CPU engines side by side"), no engine litegpu has
 comes near XNNPACK on small models: a call costs XNNPACK about 4 us, OpenVINO about 40 us and a jitted
 XLA program about 70 us, and OpenVINO is slower than XNNPACK on small mobile CNNs; on integer models
 XNNPACK's int8 kernels are 2.4x faster than the exact kernels on XLA and closer to the builtin kernels
-than OpenVINO's.  So the planner may give a whole model to the official runtime (``ai-edge-litert``):
+than OpenVINO's.  So the planner may give the official runtime (``ai-edge-litert``) a whole model, or the
+OpenVINO partition of a split model, where timing says it is faster (``faster_than``, the verdict cached):
 
 - **Support** is the official interpreter's own answer: the model is loaded and its tensors allocated
-  (which applies the XNNPACK delegate); a model it cannot load (custom ops it lacks, int4 weights XNNPACK
-  refuses) is refused as a whole with its message.  Custom ops registered from Python run in litegpu only.
+  (which applies the XNNPACK delegate); a model it cannot load (custom ops it lacks) is refused as a whole
+  with its message.  Settings it cannot honour (bf16, ``quantized_execution="exact"`` on integer ops) and
+  weights it would copy (past 1 GiB) or run on slow kernels (int4) refuse it before loading; custom ops
+  registered from Python run in litegpu only.
 - **Compile** creates one interpreter per model, shared by the model's signatures so that resource
   variables keep one state, with the thread count asked for (the official default is one thread; litegpu's
-  default, ``num_threads=0``, means every core).  XNNPACK packs the weights at the first run: nothing to cache.
+  default, ``num_threads=0``, means every core); a part of a subgraph is cut out as a sub-model
+  (``ir.extract``) with an interpreter of its own.  XNNPACK packs the weights at the first run: nothing to
+  cache but the timing verdict.
 - **Run** writes the inputs into the interpreter, invokes it and copies the outputs out (the next run would
   overwrite them).  A model with signatures on several subgraphs runs through their signature runners;
   the others through the tensor indices of subgraph 0.  New input shapes resize the interpreter's inputs.
