@@ -204,3 +204,30 @@ def test_gpu_cpu_without_a_gpu_runs_all_on_cpu_with_one_warning(without_litert):
     assert set(cm.plan.ops_per_engine()) == {"xla", "reference"}
     x = image(3)
     _assert_matches(list(cm.run([x]).values()), _official(model, [x]))
+
+
+def test_a_weight_dequantize_runs_beside_the_ops_that_read_it():
+    """A DEQUANTIZE of a float16 weight joins its readers' engine (else its output would cross a partition edge
+    on every run); one read on two engines stays where it was."""
+    import sys
+
+    from litegpu.ir import read_model
+    from litegpu.ir.save import to_bytes
+
+    plan_module = sys.modules["litegpu.compile.plan"]
+    b = ModelBuilder()
+    x = b.input("x", (1, 4))
+    w16 = b.constant("w16", np.ones((4, 4), np.float16))
+    w = b.tensor("w", (4, 4))
+    y, z = b.tensor("y", (1, 4)), b.tensor("z", (1, 4))
+    b.op("DEQUANTIZE", [w16], [w])
+    b.op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.op("FULLY_CONNECTED", [y, w, -1], [z])
+    b.output(z)
+    sg = read_model(to_bytes(b.build())).subgraphs[0]
+    side = {0: "openvino", 1: "xla", 2: "xla"}
+    plan_module._weights_follow_their_users(sg, (0, 1, 2), side)
+    assert side == {0: "xla", 1: "xla", 2: "xla"}
+    side = {0: "openvino", 1: "xla", 2: "openvino"}
+    plan_module._weights_follow_their_users(sg, (0, 1, 2), side)
+    assert side[0] == "openvino"
