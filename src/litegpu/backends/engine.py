@@ -174,7 +174,8 @@ def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: A
 
 
 # Tensor dtypes that mean TFLite integer arithmetic when they carry a quantization (or always, for sub-byte weights).
-QUANTIZED_DTYPES = ("int8", "uint8", "int16", "int4", "int2", "uint4")
+SUB_BYTE_DTYPES = ("int4", "int2", "uint4")
+QUANTIZED_DTYPES = ("int8", "uint8", "int16", *SUB_BYTE_DTYPES)
 
 
 def integer_arithmetic(sg: Subgraph, op: Operator) -> bool:
@@ -183,12 +184,13 @@ def integer_arithmetic(sg: Subgraph, op: Operator) -> bool:
     weights) is exact in any engine."""
     tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
     quantized = any(t.dtype in QUANTIZED_DTYPES and (
-        t.dtype in ("int4", "int2", "uint4") or t.quantization is not None and t.quantization.is_affine)
+        t.dtype in SUB_BYTE_DTYPES or t.quantization is not None and t.quantization.is_affine)
         for t in tensors)
-    return quantized and not _is_weight_dequantize(sg, op)
+    return quantized and not is_weight_dequantize(sg, op)
 
 
-def _is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
+def is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
+    """A DEQUANTIZE of a constant: float16 or weight-only quantized weights made float."""
     return op.opcode_name == "DEQUANTIZE" and bool(op.inputs) and sg.tensors[op.inputs[0]].data is not None \
         and sg.tensors[op.outputs[0]].dtype == "float32"
 
@@ -287,5 +289,6 @@ def _litert() -> Engine:
 
 ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "reference": ReferenceEngine}
 
-__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "ReferenceEngine", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest",
-           "sample_inputs"]
+__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "ReferenceEngine",
+           "SUB_BYTE_DTYPES", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest", "integer_arithmetic",
+           "is_weight_dequantize", "sample_inputs"]

@@ -37,7 +37,7 @@ from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, cpu_name, integer_arithmetic
+from .engine import SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 # XNNPACK packs a copy of the weights: models past this size stay on XLA, which maps the weights in place
 # (the 1.3x memory goal of big models); the same bound as OpenVINO's, which copies them too.
 MAX_LITERT_MODEL_BYTES = 1 << 30
-_SUB_BYTE = ("int4", "uint4", "int2")
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,7 +66,8 @@ def thread_count(settings: EngineSettings) -> int:
 
 
 class LiteRtEngine(Engine):
-    """Whole models on the official interpreter; one interpreter per model, shared by its partitions."""
+    """Models on the official interpreter: one interpreter per model, shared by its signatures, and one per
+    part of a split model cut out as a sub-model."""
 
     name, target = "litert", Target.LITERT
 
@@ -78,7 +78,7 @@ class LiteRtEngine(Engine):
         self.cache, self.cache_key = cache, dict(cache_key or {})
         # The model's file, read by the interpreter as it is (no copy); in-memory models are written out.
         self.file = file
-        self._interpreters: dict[int, _SharedInterpreter] = {}
+        self._interpreters: dict[tuple[int, OpRange | None], _SharedInterpreter] = {}  # (id(model), part)
         self._refusals: dict[int, str | None] = {}
 
     def available(self) -> bool:
@@ -127,7 +127,7 @@ class LiteRtEngine(Engine):
         if constant_bytes(model) > MAX_LITERT_MODEL_BYTES:
             return (f"the model's weights pass {MAX_LITERT_MODEL_BYTES >> 20} MiB: XLA maps them in place, "
                     "XNNPACK would pack a copy")
-        sub_byte = sorted({t.dtype for sg in model.subgraphs for t in sg.tensors if t.dtype in _SUB_BYTE})
+        sub_byte = sorted({t.dtype for sg in model.subgraphs for t in sg.tensors if t.dtype in SUB_BYTE_DTYPES})
         if sub_byte:
             return (f"{'/'.join(sub_byte)} weights: XNNPACK does not take them and the builtin kernels that would run "
                     "them are 10x slower than XLA's (BENCHMARKS.md, LLM table)")

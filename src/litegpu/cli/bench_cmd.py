@@ -625,8 +625,8 @@ def add_parser(sub: Any) -> None:
                    help="CpuOptions.num_threads: OpenVINO's and LiteRT's threads (XLA CPU sizes its own pool; "
                         "default 0: all)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
-                   help="CPU kernels: fast (the official interpreter or OpenVINO where faster, XLA for the rest), builtin (exact TFLite "
-                        "kernels on XLA) or reference (numpy)")
+                   help="CPU kernels: fast (the official interpreter or OpenVINO where faster, XLA for the rest), "
+                        "builtin (exact TFLite kernels on XLA) or reference (numpy)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write every number to OUT as JSON ('-': stdout only)")
     p.add_argument("--profile", action="store_true", help="also time each op (see the note printed with it)")
     p.add_argument("--devices", metavar="all|N|I,J,...",

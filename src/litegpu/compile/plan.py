@@ -523,7 +523,7 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     if cpu_kernels != "fast":
         return _exact_cpu_plan(model, flags)
     # engines given are the ones to use (CpuOptions.engines); without any, OpenVINO where it is installed
-    openvino = engines.get("openvino") if engines is not None else _openvino_engine(None)
+    openvino = engines.get("openvino") if engines is not None else _installed_openvino()
     litert = (engines or {}).get("litert")
     takes_whole = litert is not None and litert.model_refusal(model) is None
     if takes_whole and openvino is not None and litert.cached_choice(model, WHOLE, openvino) == "litert":
@@ -593,21 +593,25 @@ def _litert_partitions(model: Model, chosen: DelegationPlan, litert: object, ope
     running the same ops as a sub-model, and given to the faster."""
     partitions = []
     for p in chosen.partitions:
-        if p.target is Target.OPENVINO and sum(multiply_accumulates(model.subgraphs[p.subgraph_index], op)
-                                               for op in (model.subgraphs[p.subgraph_index].operators[i]
-                                                          for i in p.op_indices)) <= LITERT_MEASURE_MAX_MACS \
+        if p.target is Target.OPENVINO \
+                and ops_macs(model.subgraphs[p.subgraph_index], p.op_indices) <= LITERT_MEASURE_MAX_MACS \
                 and litert.faster_than(model, [p.op_range()], openvino, str(p.op_range())) == "litert":
             p = replace(p, target=Target.LITERT)
         partitions.append(p)
     targets = {p.target for p in partitions}
-    main = Target.OPENVINO if Target.OPENVINO in targets else Target.LITERT if Target.LITERT in targets else chosen.target
+    # the plan's target is its main engine (as in _fast_cpu_plan): OpenVINO while it keeps a partition
+    main = next((t for t in (Target.OPENVINO, Target.LITERT) if t in targets), chosen.target)
     return replace(chosen, target=main, partitions=tuple(partitions))
 
 
 def model_macs(model: Model) -> int:
     """Multiply-accumulates of one run over the entry subgraphs (matrix products and convolutions)."""
-    return sum(multiply_accumulates(model.subgraphs[i], op) for i in entry_subgraphs(model)
-               for op in model.subgraphs[i].operators)
+    return sum(ops_macs(model.subgraphs[i], range(len(model.subgraphs[i].operators))) for i in entry_subgraphs(model))
+
+
+def ops_macs(sg: Subgraph, op_indices: Iterable[int]) -> int:
+    """Multiply-accumulates of these ops of ``sg``."""
+    return sum(multiply_accumulates(sg, sg.operators[i]) for i in op_indices)
 
 
 # ---- CPU engines ----------------------------------------------------------------------------
@@ -632,9 +636,7 @@ MIN_OPENVINO_RUN_MACS = 20_000_000
 MAX_PLAN_ROUNDS = 4
 
 
-def _openvino_engine(given: object | None) -> object | None:
-    if given is not None:
-        return given
+def _installed_openvino() -> object | None:
     from ..backends.engine import engine
 
     candidate = engine("openvino")
@@ -716,6 +718,8 @@ def _weights_follow_their_users(sg: Subgraph, order: tuple[int, ...], side: dict
     """A DEQUANTIZE of a constant (float16 or weight-only int8 weights) runs beside the ops that read it: else a
     partition would hand the dequantized weights over to the next one on every run (and XNNPACK cannot return a
     weight it folded as a sub-model's output)."""
+    from ..backends.engine import is_weight_dequantize
+
     users: dict[int, set[str]] = {}
     for i in order:
         for t in sg.operators[i].inputs:
@@ -723,7 +727,7 @@ def _weights_follow_their_users(sg: Subgraph, order: tuple[int, ...], side: dict
                 users.setdefault(t, set()).add(side[i])
     for i in order:
         op = sg.operators[i]
-        if op.opcode_name == "DEQUANTIZE" and op.inputs and sg.tensors[op.inputs[0]].data is not None:
+        if is_weight_dequantize(sg, op):
             sides = set().union(*(users.get(t, set()) for t in op.outputs if t >= 0))
             if len(sides) == 1:
                 side[i] = sides.pop()
@@ -734,7 +738,7 @@ def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: d
     if all(v == "openvino" for v in side.values()):
         return
     for run in _runs(_schedule(sg, order, side), side.__getitem__):
-        if side[run[0]] == "openvino" and sum(multiply_accumulates(sg, sg.operators[i]) for i in run) \
+        if side[run[0]] == "openvino" and ops_macs(sg, run) \
                 < MIN_OPENVINO_RUN_MACS:
             for i in run:
                 side[i] = "xla"

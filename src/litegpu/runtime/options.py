@@ -61,9 +61,10 @@ class CpuOptions:
     as the official default: XNNPACK's int8 kernels where the official interpreter takes the model, a few
     units from the builtin kernels; the exact kernels otherwise), "exact" (always the exact TFLite kernels,
     bit for bit with the official builtin kernels) or "fast" (OpenVINO's int8 kernels may take them too:
-    much faster on AMX / VNNI CPUs, sometimes further from the builtin kernels than XNNPACK: BENCHMARKS.md).  ``engines``: the engines the fast path may choose
-    from besides XLA, of "litert" (the official interpreter with XNNPACK, given whole models where it is
-    the fastest: small models, integer models) and "openvino" (float ops); None: every one installed.  XLA
+    much faster on AMX / VNNI CPUs, sometimes further from the builtin kernels than XNNPACK: BENCHMARKS.md).
+    ``engines``: the engines the fast path may choose from besides XLA, of "litert" (the official
+    interpreter with XNNPACK, where it is the fastest: small models, integer models) and "openvino"
+    (float ops); None: every one installed.  XLA
     and the numpy reference run what they leave.  The xnnpack fields exist for compatibility and change
     nothing here.
     """

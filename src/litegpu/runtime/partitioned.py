@@ -3,8 +3,8 @@
 A partition on an XLA target is one ``jax.jit`` program over its op range
 (``XlaBackend`` with ``op_range``), compiled per input shape like a whole
 model; an OPENVINO partition is a sub-model compiled by OpenVINO
-(``backends.openvino``); a LITERT partition is an entry subgraph run by the official interpreter
-(``backends.litert``); a REFERENCE partition runs its ops with the numpy kernels.  Between
+(``backends.openvino``); a LITERT partition is run by the official interpreter
+(``backends.litert``: an entry subgraph, or a part of one as a sub-model); a REFERENCE partition runs its ops with the numpy kernels.  Between
 partitions, a tensor is placed on the next partition's device (``device_put``,
 or a host copy for numpy) the first time a partition there needs it, and that
 placed copy is reused by every later partition on the same device in the run.
@@ -93,7 +93,7 @@ class _OpenVinoUnit:
 
 
 class _LiteRtUnit:
-    """An entry subgraph on the official interpreter.  Output shapes for new input shapes come from the
+    """A partition on the official interpreter.  Output shapes for new input shapes come from the
     interpreter itself for a model without signatures, else from tracing the subgraph under XLA (no compile,
     no run): a signature runner resizes its inputs only while it runs."""
 
