@@ -44,8 +44,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compare_official  # noqa: E402  (the official-runtime side, shared with compare_official.py)
-ZOO_DIR = HERE / ".zoo"
-SHARED_MODELS = HERE.parents[1] / "shared" / "models"
+ZOO_DIR = Path(os.environ.get("LITEGPU_ZOO_DIR", HERE / ".zoo"))
+# LITEGPU_SHARED_MODELS, as in tests/conftest.py: a GPU machine gets the models in a folder of the checkout
+SHARED_MODELS = Path(os.environ.get("LITEGPU_SHARED_MODELS", HERE.parents[1] / "shared" / "models"))
 TF_PYTHON = Path("/work/tfenv/bin/python")
 RESULTS = HERE / "zoo.json"
 PLOT = HERE / "zoo.png"
@@ -79,11 +80,15 @@ def official_runner(path: Path, inputs: list[np.ndarray], threads: int) -> tuple
     return run, {"delegate_nodes": names.count("DELEGATE"), "ops": len(names) - names.count("DELEGATE")}
 
 
-def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, precision: str) -> tuple[Callable, dict]:
+def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, precision: str,
+                   threads: int) -> tuple[Callable, dict]:
     import litegpu
 
     flags = litegpu.HardwareAccelerator.GPU if accelerator == "gpu" else litegpu.HardwareAccelerator.CPU
-    options = litegpu.Options(flags, gpu_options=litegpu.GpuOptions(precision=precision))
+    # the CPU side gets the official interpreter's thread count: on a 16-core GPU host the default (every
+    # core) made litegpu's CPU column look up to 2x faster than a 2-thread XNNPACK for no reason of its own
+    options = litegpu.Options(flags, cpu_options=litegpu.CpuOptions(num_threads=threads),
+                              gpu_options=litegpu.GpuOptions(precision=precision))
     model = litegpu.CompiledModel.from_file(str(path), options=options)
     # The official runner feeds the model's subgraph inputs; litegpu runs signature 0, in its order.
     details = model.get_input_tensor_details(0)
@@ -193,11 +198,11 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
     inputs = compare_official.random_inputs(details, SEED, int_low=0)  # non-negative: ids and indices
     record["inputs"] = [f"{list(d['shape'])} {d['dtype']}" for d in details]
     variants = {"official_cpu": lambda: official_runner(path, inputs, threads),
-                "litegpu_cpu": lambda: litegpu_runner(path, inputs, "cpu", "fp32")}
+                "litegpu_cpu": lambda: litegpu_runner(path, inputs, "cpu", "fp32", threads)}
     has_gpu = any(d.platform == "gpu" for d in jax.devices()) if _has_gpu_backend(jax) else False
     if has_gpu:
-        variants["litegpu_gpu_fp32"] = lambda: litegpu_runner(path, inputs, "gpu", "fp32")
-        variants["litegpu_gpu_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16")
+        variants["litegpu_gpu_fp32"] = lambda: litegpu_runner(path, inputs, "gpu", "fp32", threads)
+        variants["litegpu_gpu_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16", threads)
     if official_gpu:
         variants["official_gpu"] = lambda: official_gpu_runner(path, inputs)
     record["gpu"] = has_gpu
@@ -215,7 +220,7 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
             entry["first_run_ms"] = (time.perf_counter() - t) * 1e3
             runners[name] = run
         except Exception as e:  # noqa: BLE001  (a model one runtime cannot run is reported, not hidden)
-            entry["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+            entry["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
         record[name] = entry
     if "official_cpu" in outputs:
         for name, got in outputs.items():
@@ -274,8 +279,8 @@ def run_all(args: argparse.Namespace) -> None:
     files = zoo_files(args.only)
     if not files:
         sys.exit(f"no models: run `python bench/zoo.py build` first (looked in {ZOO_DIR} and {SHARED_MODELS})")
-    previous = {r["model"]: r for r in json.loads(RESULTS.read_text())["models"]} if (
-        args.only and RESULTS.exists()) else {}
+    previous = {r["model"]: r for r in json.loads(args.results.read_text())["models"]} if (
+        args.only and args.results.exists()) else {}
     rows = []
     started = time.perf_counter()
     official_gpu_problem = official_gpu_probe() if jax_sees_gpu() else "JAX sees no GPU: not tried"
@@ -301,7 +306,7 @@ def run_all(args: argparse.Namespace) -> None:
     result = {"machine": {**machine(), "official_gpu": official_gpu_problem or "runs"}, "threads": args.threads,
               "wall_s": round(time.perf_counter() - started),
               "models": sorted(merged.values(), key=lambda r: r["model"])}
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    args.results.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))
 
 
@@ -311,8 +316,8 @@ def summary_line(r: dict) -> str:
         v = r.get(name, {})
         if "median_ms" in v:
             parts.append(f"{name} {v['median_ms']:.2f} ms")
-        elif "error" in v:
-            parts.append(f"{name} error")
+        elif "error" in v:  # the whole message: on a lent GPU machine the log may be all that comes back
+            parts.append(f"{name} error ({v['error']})")
     if "error" in r:
         parts.append(r["error"])
     return "  ".join(parts) + f"  ({r.get('wall_s', '?')} s)"
@@ -435,6 +440,8 @@ def main() -> None:
         else:
             p.add_argument("--only", nargs="*", default=None, help="model stems")
         p.add_argument("--threads", type=int, default=2)
+        if name == "run":
+            p.add_argument("--results", type=Path, default=RESULTS, help="the JSON written (default bench/zoo.json)")
         p.add_argument("--seconds", type=float, default=4.0, help="timed seconds per variant and model")
         p.add_argument("--min-runs", type=int, default=5)
         p.add_argument("--max-runs", type=int, default=30)
@@ -450,7 +457,8 @@ def main() -> None:
                                      args.official_gpu)))
     elif args.command == "run":
         run_all(args)
-        plot(json.loads(RESULTS.read_text()))
+        if args.results == RESULTS:  # the plot is of bench/zoo.json; a run written elsewhere is a side run
+            plot(json.loads(args.results.read_text()))
     elif args.command == "table":
         print(markdown(json.loads(RESULTS.read_text())))
     else:

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The GPU checks of tests/gpu/README.md as one script, for a lent GPU machine that reaches no registry.
+#
+#     bench/gpu_checks.sh env tests       # first device call  (about 5 minutes on an H200)
+#     bench/gpu_checks.sh zoo bench       # second call, on the still-warm machine (about 6 minutes)
+#
+# Run from the repository root.  A device call lasts at most 10 minutes and a session has 15 minutes of device
+# time, machine start included, so the steps come in two calls made back to back (the machine stays warm for
+# 30 s after a call): on 2026-11-25 (H200) the tests took about 300 s, the zoo of shared models 170 s, the
+# benchmarks without the int4 decoder 150 s (int4: 50 s to write the file, then over a minute to compile).  What it expects beside the checkout (each optional; what is missing is
+# skipped and said so):
+#   .whl/*.whl   wheels the machine lacks (ai-edge-litert and backports.strenum: the official interpreter is the
+#                tests' reference and the official GPU accelerator the zoo's comparison), installed to /tmp/site;
+#   .gl/*.deb    the Vulkan / EGL loaders the official GPU accelerator (WebGPU over Vulkan) needs;
+#   .gpu/models  the shared models (LITEGPU_SHARED_MODELS), .gpu/zoo a few zoo models (LITEGPU_ZOO_DIR).
+# Every step runs under its own time limit (seconds, STEP_LIMIT_<step> overrides) so that one runaway step
+# cannot eat the others' time, and writes its log to $OUT/<step>.log; bench and zoo also leave their JSON there.
+set -u
+OUT=${OUT:-/tmp/gpu_checks}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+export LITEGPU_SHARED_MODELS=${LITEGPU_SHARED_MODELS:-$PWD/.gpu/models}
+export LITEGPU_ZOO_DIR=${LITEGPU_ZOO_DIR:-$PWD/.gpu/zoo}
+export PY=${PY:-python3} OUT
+# GPU_CHECKS_ACCELERATOR=cpu rehearses the script where there is no GPU (the CPU stands in for it; small decoders)
+export ACCELERATOR=${GPU_CHECKS_ACCELERATOR:-gpu} LITEGPU_TEST_ACCELERATOR=${GPU_CHECKS_ACCELERATOR:-gpu}
+JSON=$(mktemp -d)  # the bench JSON files, packed into one archive at the end (few files come back from $OUT)
+export JSON
+
+setup() {
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl || echo "wheel install failed"
+        export PYTHONPATH=/tmp/site
+    fi
+    export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+    if ls .gl/*.deb >/dev/null 2>&1; then
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+        export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+        export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
+    fi
+}
+
+step_env() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    $PY - <<'EOF'
+import importlib, platform
+print("python", platform.python_version())
+for name in ("jax", "jaxlib", "numpy", "torch", "cupy", "ai_edge_litert", "openvino", "flatbuffers", "ml_dtypes"):
+    try:
+        m = importlib.import_module(name)
+        print(name, getattr(m, "__version__", "?"))
+    except Exception as e:
+        print(name, "MISSING", type(e).__name__, e)
+import jax
+print("jax devices", jax.devices())
+import litegpu
+from litegpu.backends.xla import available_platforms
+print("litegpu", litegpu.__file__, "platforms", available_platforms())
+EOF
+}
+
+step_tests() {
+    local per_test=""  # one hung test must not take the step's whole time
+    $PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${TEST_TIMEOUT:-120}"
+    $PY -m pytest -q -rxXsf -p no:cacheprovider --durations 15 $per_test tests/gpu
+}
+
+step_bench() {
+    local b="$PY bench/bench_gpu.py" a="--accelerator $ACCELERATOR" small=""
+    [ "$ACCELERATOR" = cpu ] && small="--width 256 --vocab 1000 --max-len 64 --prefill-len 8 --steps 8 --bandwidth-gb 0.02"
+    $b bandwidth $a ${small:+--bandwidth-gb 0.02} --json "$JSON/bandwidth.json"
+    $b run-async $a ${small:+--size 256} --json "$JSON/run_async.json"
+    $b boundaries $a --json "$JSON/boundaries.json"
+    for w in ${DECODE_WEIGHTS:-float16 float32 int8 int4}; do
+        $b decode $a --gigabytes "${DECODE_GB:-1}" --weights "$w" --repeats 2 $small --json "$JSON/decode_$w.json"
+    done
+}
+
+step_zoo() {
+    $PY bench/zoo.py run --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo.json"
+}
+
+declare -A LIMIT=([env]=40 [tests]=400 [zoo]=220 [bench]=330)
+setup
+for step in "${@:-env tests zoo bench}"; do
+    for s in $step; do
+        limit_var="STEP_LIMIT_$s"
+        limit=${!limit_var:-${LIMIT[$s]:-120}}
+        echo "== $s (limit ${limit} s) $(date +%T)"
+        timeout -k 5 "$limit" bash -c "$(declare -f step_$s); step_$s" >"$OUT/$s.log" 2>&1
+        echo "== $s exit $? $(date +%T)"
+        tail -n "${TAIL_LINES:-30}" "$OUT/$s.log"
+    done
+done
+ls "$JSON"/*.json >/dev/null 2>&1 && tar czf "$OUT/bench_json.tgz" -C "$JSON" .
