@@ -95,25 +95,62 @@ def test_greedy_tokens_match_the_official_interpreter(decoder, prompt, n):
     assert tokens == official_generate(data, config, prompt, n)
 
 
-def test_caches_stay_on_the_device_and_only_logits_are_read(float_decoder, monkeypatch):
-    _, _, model = float_decoder
+def spy_on_runs(model, monkeypatch) -> tuple[list, list]:
+    """(names of the buffers read, one dict per run: input name -> whether it held a device array)."""
     read_names, run_inputs = [], []
-    original_read, original_run = TensorBuffer.read, type(model).run_by_name
+    original_read, original_run, original_async = TensorBuffer.read, type(model).run_by_name, type(model).run_async
 
     def spy_read(self, *args, **kwargs):
         read_names.append(self.name)
         return original_read(self, *args, **kwargs)
 
     def spy_run(self, key, inputs, outputs):
-        run_inputs.append({n: b.is_on_device for n, b in inputs.items() if n.startswith("kv_cache")})
+        run_inputs.append({n: b.is_on_device for n, b in inputs.items()})
         return original_run(self, key, inputs, outputs)
+
+    def spy_async(self, key, inputs, outputs):
+        run_inputs.append({n: b.is_on_device for n, b in inputs.items()})
+        return original_async(self, key, inputs, outputs)
 
     monkeypatch.setattr(TensorBuffer, "read", spy_read)
     monkeypatch.setattr(type(model), "run_by_name", spy_run)
-    litegpu.generate(model, [1, 2, 3], 5)
-    assert set(read_names) == {"logits"} and len(read_names) == 5   # prefill + 4 decode steps
-    assert not any(run_inputs[0].values())                          # zeros from the host, once
-    assert all(all(step.values()) for step in run_inputs[1:])       # then the previous run's device arrays
+    monkeypatch.setattr(type(model), "run_async", spy_async)
+    return read_names, run_inputs
+
+
+def caches_on_device(run: dict) -> list[bool]:
+    return [on for n, on in run.items() if n.startswith("kv_cache")]
+
+
+def test_greedy_decoding_picks_tokens_on_the_device_and_reads_only_the_prefill_logits(float_decoder, monkeypatch):
+    _, _, model = float_decoder
+    read_names, runs = spy_on_runs(model, monkeypatch)
+    tokens = litegpu.generate(model, [1, 2, 3], 5)
+    assert len(tokens) == 5 and len(runs) == 5                      # prefill + 4 decode steps, none ahead of the end
+    assert read_names == ["logits"]                                 # the prefill's; then one int per token
+    assert not any(caches_on_device(runs[0]))                       # zeros from the host, once
+    assert all(all(caches_on_device(run)) for run in runs[1:])      # then the previous run's device arrays
+    assert not runs[1]["tokens"] and all(run["tokens"] for run in runs[2:])  # picked on the device and fed back
+
+
+def test_sampling_reads_the_logits_of_every_step(float_decoder, monkeypatch):
+    _, _, model = float_decoder
+    read_names, runs = spy_on_runs(model, monkeypatch)
+    litegpu.generate(model, [1, 2, 3], 5, temperature=1.0, seed=0)
+    assert read_names == ["logits"] * 5 and len(runs) == 5
+    assert all(all(caches_on_device(run)) for run in runs[1:])
+
+
+@pytest.mark.parametrize("prompt, n, stop", [([3, 1, 4, 1, 5], 12, None), ([7], 4, None),
+                                             (list(range(40, 67)), 4, None), ([3, 1, 4], 10, 2)],
+                         ids=["padded-chunk", "single-token", "to-the-end-of-the-cache", "stop-token"])
+def test_greedy_on_the_device_matches_the_official_interpreter(float_decoder, prompt, n, stop):
+    config, data, model = float_decoder
+    expected = official_generate(data, config, prompt, n)
+    stops = ()
+    if stop is not None:  # the stop token is the expected sequence's third: generation ends right after it
+        stops, expected = (expected[stop],), expected[:expected.index(expected[stop]) + 1]
+    assert litegpu.generate(model, prompt, n, stop_tokens=stops) == expected
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(float_decoder):
