@@ -159,6 +159,61 @@ def test_every_signature_runs_on_the_one_interpreter():
             np.testing.assert_array_equal(got[name], expected[name])
 
 
+def two_signature_model() -> bytes:
+    """"double" (x * 2, subgraph 0) and "scale" (a * b with a batch dimension that can change, subgraph 1)."""
+    b = ModelBuilder()
+    x, y = b.input("x", (1, 4)), b.tensor("y", (1, 4))
+    b.op("ADD", [x, x], [y])
+    b.output(y)
+    b.signature("double")
+    second = b.subgraph("scale")
+    a = second.input("a", (1, 4), shape_signature=(-1, 4))
+    s = second.input("s", (1, 4), shape_signature=(-1, 4))
+    out = second.tensor("out", (1, 4), shape_signature=(-1, 4))
+    second.op("MUL", [a, s], [out])
+    second.output(out)
+    b.signature("scale", second)
+    return to_bytes(b.build())
+
+
+class CountingWrapper:
+    """The interpreter's entry points, counting the resizes and allocations a run asks for."""
+
+    def __init__(self, wrapper):
+        self.wrapper, self.resizes, self.allocations = wrapper, 0, 0
+
+    def ResizeInputTensor(self, *args):
+        self.resizes += 1
+        return self.wrapper.ResizeInputTensor(*args)
+
+    def AllocateTensors(self, *args):
+        self.allocations += 1
+        return self.wrapper.AllocateTensors(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.wrapper, name)
+
+
+def test_a_signature_on_another_subgraph_is_resized_only_when_its_shapes_change():
+    data = two_signature_model()
+    cm = litegpu.CompiledModel.from_buffer(data, litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(
+        engines=("litert",))))
+    assert set(cm.plan.ops_per_engine()) == {"litert"}
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(1, 4)).astype(np.float32)
+    np.testing.assert_array_equal(cm.run({"x": x}, "double")["y"], x + x)
+    shared = cm._backend(cm._signature("scale")).units[0].executable.shared
+    counting = shared.wrapper = CountingWrapper(shared.wrapper)
+    runner = litert.Interpreter(model_content=data).get_signature_runner("scale")
+    for batch in (1, 1, 1, 3, 3, 1):
+        a, s = (rng.normal(size=(batch, 4)).astype(np.float32) for _ in range(2))
+        got = cm.run({"a": a, "s": s}, "scale")["out"]
+        np.testing.assert_array_equal(got, runner(a=a, s=s)["out"])
+    np.testing.assert_array_equal(cm.run({"x": x}, "double")["y"], x + x)  # subgraph 0 unharmed
+    # first use of subgraph 1: one allocation; then one resize of both inputs (and an allocation) per change
+    assert (counting.resizes, counting.allocations) == (4, 3)
+
+
 def sample_inputs_for(detail):
     rng = np.random.default_rng(3)
     shape, dtype = tuple(detail["shape"]), detail["dtype"]

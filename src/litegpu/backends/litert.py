@@ -18,8 +18,8 @@ OpenVINO partition of a split model, where timing says it is faster (``faster_th
   (``ir.extract``) with an interpreter of its own.  XNNPACK packs the weights at the first run: nothing to
   cache but the timing verdict.
 - **Run** writes the inputs into the interpreter, invokes it and copies the outputs out (the next run would
-  overwrite them).  A model with signatures on several subgraphs runs through their signature runners;
-  the others through the tensor indices of subgraph 0.  New input shapes resize the interpreter's inputs.
+  overwrite them), through the interpreter's per-subgraph entry points: a signature on any subgraph costs
+  what subgraph 0 does.  New input shapes resize the interpreter's inputs.
 """
 
 from __future__ import annotations
@@ -248,7 +248,12 @@ def _python_custom_ops(model: Model) -> set[str]:
 
 
 class _SharedInterpreter:
-    """One official interpreter over a model, its runs serialised (an interpreter is not thread-safe)."""
+    """One official interpreter over a model, its runs serialised (an interpreter is not thread-safe).
+
+    Every subgraph runs through the interpreter's per-subgraph entry points (set, invoke and get by tensor
+    index and subgraph index: what its signature runners call).  A signature runner resizes and
+    reallocates its inputs on every call, which is half of a call to a model that runs in 2 us; here the
+    inputs are resized only when their shape changes."""
 
     def __init__(self, model: Model, file: str | None, threads: int):
         self.model, self.file, self.threads, self.lock = model, file, threads, threading.Lock()
@@ -266,22 +271,31 @@ class _SharedInterpreter:
             self.interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             raise EngineCompileError(f"the official interpreter refuses the model: {_first_line(e)}") from e
-        self.runners: dict[int, tuple[Any, dict[int, str], dict[int, str]]] = {}
-        self.input_shapes = {d["index"]: tuple(int(x) for x in d["shape"])
-                             for d in self.interpreter.get_input_details()}
+        wrapper = getattr(self.interpreter, "_interpreter", None)
+        entry_points = ("SetTensor", "Invoke", "GetTensor", "ResizeInputTensor", "AllocateTensors")
+        if not all(hasattr(wrapper, n) for n in entry_points):
+            raise EngineCompileError(f"ai-edge-litert {litert_version()} lacks the interpreter's per-subgraph "
+                                     f"entry points ({', '.join(entry_points)}) that litegpu calls")
+        self.wrapper = wrapper
+        # the input shapes each subgraph is allocated for (subgraph 0 by allocate_tensors above)
+        self.shapes: dict[int, dict[int, tuple[int, ...]]] = {0: {
+            d["index"]: tuple(int(x) for x in d["shape"]) for d in self.interpreter.get_input_details()}}
 
-    def signature_runner(self, subgraph: int) -> tuple[Any, dict[int, str], dict[int, str]]:
-        """(runner, tensor index -> input name, tensor index -> output name) of the signature on ``subgraph``."""
-        found = self.runners.get(subgraph)
-        if found is None:
-            signature = next((s for s in self.model.signatures if s.subgraph_index == subgraph), None)
-            if signature is None:
-                raise ModelExecutionError(f"{self.model.source}: subgraph {subgraph} has no signature: the official "
-                                          "interpreter runs only subgraph 0 and the signatures")
-            runner = self.interpreter.get_signature_runner(signature.key)
-            found = self.runners[subgraph] = (runner, {s.tensor_index: s.name for s in signature.inputs},
-                                              {s.tensor_index: s.name for s in signature.outputs})
-        return found
+    def set_input_shapes(self, subgraph: int, inputs: Sequence[int], shapes: Sequence[tuple[int, ...]]) -> None:
+        """Resize ``subgraph``'s inputs to ``shapes`` and reallocate, where they differ from what it has."""
+        current = self.shapes.get(subgraph)
+        if current is None:  # first use of another subgraph: allocate it at its declared shapes
+            self.wrapper.AllocateTensors(subgraph)
+            sg = self.model.subgraphs[subgraph]
+            current = self.shapes[subgraph] = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
+        resized = False
+        for t, shape in zip(inputs, shapes):
+            if current.get(t) != shape:
+                self.wrapper.ResizeInputTensor(t, np.array(shape, np.int32), False, subgraph)
+                current[t] = shape
+                resized = True
+        if resized:
+            self.wrapper.AllocateTensors(subgraph)
 
     def reset_variables(self) -> None:
         """Variables back to their initial values and CALL_ONCE to run again, as litegpu's reset promises:
@@ -307,57 +321,45 @@ class LiteRtExecutable(Executable):
         self._output_dtypes = [np.dtype(numpy_dtype(sg.tensors[t].dtype)) for t in op_range.outputs]
         self._inputs = [ports[t] for t in op_range.inputs] if ports else list(op_range.inputs)
         self._outputs = [ports[t] for t in op_range.outputs] if ports else list(op_range.outputs)
-        # A signature runner holds a reference to the interpreter, after which the interpreter's own invoke
-        # refuses to run ("reference to internal data"): a model with a signature on another subgraph than 0
-        # runs all of them that way; the others (most models: none, or serving_default on subgraph 0) run
-        # subgraph 0 through its tensor indices, a few microseconds less per call.
-        uses_runners = any(s.subgraph_index != 0 for s in shared.model.signatures)
-        self._run = self._run_signature if uses_runners else self._run_subgraph0
+        # a sub-model has an interpreter of its own, whose subgraph 0 is the part
+        self._subgraph = 0 if ports else op_range.subgraph
+        # outputs the interpreter gives in another dtype than the model declares (none seen): cast after a run
+        self._casts = None
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        arrays = [np.asarray(x) for x in inputs]
+        arrays = [x if type(x) is np.ndarray else np.asarray(x) for x in inputs]
         with self.shared.lock:
             try:
                 outputs = self._run(arrays)
             except (ValueError, RuntimeError) as e:
                 raise ModelExecutionError(f"{self.shared.model.source}: the official interpreter failed on "
                                           f"{self.op_range}: {_first_line(e)}") from e
-        return [r if r.dtype == dtype else r.astype(dtype) for r, dtype in zip(outputs, self._output_dtypes)]
+        if self._casts is None:
+            self._casts = [r.dtype != dtype for r, dtype in zip(outputs, self._output_dtypes)]
+        if any(self._casts):
+            return [r.astype(dtype) if cast else r for r, dtype, cast in zip(outputs, self._output_dtypes, self._casts)]
+        return outputs
+
+    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        shared, subgraph, wrapper = self.shared, self._subgraph, self.shared.wrapper
+        current = shared.shapes.get(subgraph)
+        if current is None or any(current[t] != a.shape for t, a in zip(self._inputs, arrays)):
+            shared.set_input_shapes(subgraph, self._inputs, [a.shape for a in arrays])
+        for t, a in zip(self._inputs, arrays):
+            wrapper.SetTensor(t, a, subgraph)
+        wrapper.Invoke(subgraph)
+        return [wrapper.GetTensor(t, subgraph) for t in self._outputs]  # copies: the next run overwrites
 
     def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        """(shape, dtype) of each output for these input shapes, from the interpreter resized to them (a model
-        without signatures); None for a signature, whose runner resizes only while it runs."""
-        if self._run != self._run_subgraph0:
+        """(shape, dtype) of each output for these input shapes, from the interpreter resized to them
+        (subgraph 0); None for another subgraph, whose outputs the public API does not describe."""
+        if self._subgraph != 0:
             return None
         with self.shared.lock:
-            self._resize([tuple(int(d) for d in s) for s in input_shapes])
+            self.shared.set_input_shapes(0, self._inputs, [tuple(int(d) for d in s) for s in input_shapes])
             details = {d["index"]: d for d in self.shared.interpreter.get_output_details()}
         return [(tuple(int(d) for d in details[t]["shape"]), dtype)
                 for t, dtype in zip(self._outputs, self._output_dtypes)]
-
-    def _resize(self, shapes: Sequence[tuple[int, ...]]) -> None:
-        interpreter, current = self.shared.interpreter, self.shared.input_shapes
-        resized = False
-        for t, shape in zip(self._inputs, shapes):
-            if current[t] != shape:
-                interpreter.resize_tensor_input(t, shape, strict=False)
-                current[t] = shape
-                resized = True
-        if resized:
-            interpreter.allocate_tensors()
-
-    def _run_subgraph0(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        self._resize([a.shape for a in arrays])
-        interpreter = self.shared.interpreter
-        for t, a in zip(self._inputs, arrays):
-            interpreter.set_tensor(t, a)
-        interpreter.invoke()
-        return [interpreter.get_tensor(t) for t in self._outputs]
-
-    def _run_signature(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        runner, input_names, output_names = self.shared.signature_runner(self.op_range.subgraph)
-        results = runner(**{input_names[t]: a for t, a in zip(self.op_range.inputs, arrays)})
-        return [np.array(results[output_names[t]], copy=True) for t in self.op_range.outputs]
 
 
 __all__ = ["MAX_LITERT_MODEL_BYTES", "LiteRtEngine", "LiteRtExecutable", "litert_version"]

@@ -580,8 +580,8 @@ class CompiledModel:
         inputs_at, outputs_at = self._positions(s)
         backend = self._backend(s)
         ordered = [data[k] for k in inputs_at]
-        consumed = {s.inputs[i][1] for i in consumable}
-        if consumed and getattr(backend, "consumes_inputs", False):
+        if consumable and getattr(backend, "consumes_inputs", False):
+            consumed = {s.inputs[i][1] for i in consumable}
             results = backend.run(ordered, consumable=[i for i, t in enumerate(sg.inputs) if t in consumed])
         else:
             results = backend.run(ordered)
@@ -680,9 +680,7 @@ class CompiledModel:
         """
         s = self._signature(signature_key)
         if isinstance(inputs, Mapping):
-            missing = [n for n in s.input_names if n not in inputs]
-            unknown = [k for k in inputs if k not in s.input_names]
-            if missing or unknown:
+            if len(inputs) != len(s.input_names) or not all(n in inputs for n in s.input_names):
                 raise SignatureError(f"signature {s.key!r} takes inputs {s.input_names}; got {list(inputs)}")
             inputs = [inputs[n] for n in s.input_names]
         if not isinstance(inputs, Sequence) or len(inputs) != len(s.inputs):
@@ -691,7 +689,7 @@ class CompiledModel:
         with self._lock:
             self._check_open()
             results = self._execute(s, arrays)
-        return {name: np.asarray(r) for (name, _), r in zip(s.outputs, results)}
+        return {name: r if type(r) is np.ndarray else np.asarray(r) for name, r in zip(s.output_names, results)}
 
     def _quick_input(self, s: SignatureInfo, i: int, x: Any) -> Any:
         # the usual call, a numpy array of the expected dtype and current shape, costs two comparisons: on a
