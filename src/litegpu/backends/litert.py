@@ -223,11 +223,15 @@ class LiteRtEngine(Engine):
         if winner != "litert":
             for r in op_ranges:
                 self.forget(model, r)  # a sub-model's interpreter (the whole model's goes with the plan)
+        self.remember_choice(model, scope, other, winner)
+        return winner
+
+    def remember_choice(self, model: Model, scope: str, other: Engine, winner: str) -> None:
+        """Keep a verdict in the compile cache (when there is one), for ``cached_choice`` to find."""
         key = self._choice_key(model, scope, other)
         if key is not None:
             self.cache.store(key, winner.encode(), {"engine": "litert", "what": "engine choice",
                                                     "source": model.source, "scope": scope})
-        return winner
 
 
 def _sub_model(model: Model, part: OpRange) -> Model:

@@ -542,7 +542,16 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
         return _litert_plan(model, flags)
     litert.forget(model)  # the interpreter made to time it
     if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
-        return _litert_partitions(model, chosen, litert, openvino)
+        mixed = _litert_partitions(model, chosen, litert, openvino)
+        if takes_whole and Target.OPENVINO not in {p.target for p in mixed.partitions}:
+            # OpenVINO kept nothing: the ops it refused run on the interpreter's own kernels too, instead of
+            # XLA partitions with a boundary each side (selfie segmentation: 0.81 -> 1.0x XNNPACK)
+            for p in mixed.partitions:
+                litert.forget(model, p.op_range())
+            openvino.forget(model)
+            litert.remember_choice(model, WHOLE, openvino, "litert")  # a warm start plans it without OpenVINO
+            return _litert_plan(model, flags)
+        return mixed
     return chosen
 
 
@@ -572,8 +581,8 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, open
     - Against XLA (and numpy) alone -- integer models, resource variables, ops OpenVINO refuses --
       yes without measuring: XLA's exact kernels ran slower than XNNPACK on 32 of the 36 models measured
       (BENCHMARKS.md, "exact" column), and faster only on big float models, which OpenVINO takes.
-    - Against a model split between OpenVINO and XLA: no (the official interpreter loaded the whole model,
-      but XLA runs some of its ops faster or exactly); ``_litert_partitions`` times OpenVINO's partitions.
+    - Against a model split between OpenVINO and XLA: not here; ``_litert_partitions`` times OpenVINO's
+      partitions against the interpreter, and the whole model goes to it when OpenVINO keeps none.
     - Against OpenVINO alone: measured, on models of at most ``LITERT_MEASURE_MAX_MACS``; which is faster
       depends on the CPU and the model (BENCHMARKS.md: OpenVINO wins on big CNNs, XNNPACK on small mobile
       CNNs, and on transformers on one machine but not the other); OpenVINO ran faster on every bigger model.
