@@ -14,6 +14,9 @@ starting variant rotated every round:
 - official: ``ai_edge_litert`` Interpreter, default delegate (XNNPACK), ``--threads`` threads;
 - litegpu CPU: ``CompiledModel`` with ``HardwareAccelerator.CPU``;
 - litegpu GPU fp32 and fp16: only where JAX sees a GPU (skipped otherwise);
+- JAX floor (GPU): the cheapest JAX program with the model's inputs and outputs (copy the inputs in, one
+  kernel that writes outputs of the model's shapes, copy them out): what any JAX program, litegpu's or one
+  written in JAX by hand, pays per call on that GPU, so litegpu's own cost per call is the difference;
 - official GPU: ``ai_edge_litert``'s ``CompiledModel`` with ``HardwareAccelerator.GPU`` (its WebGPU
   accelerator over Vulkan; its default precision, fp16), where JAX sees a GPU and a probe in a child
   process shows it can run a model at all (it raises without a Vulkan driver, and a crash there must not
@@ -111,6 +114,26 @@ def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, preci
     return run, info
 
 
+def jax_floor_runner(inputs: list[np.ndarray], output_shapes: list[tuple], platform: str = "gpu"
+                     ) -> tuple[Callable, dict]:
+    """The floor of one call of any JAX program with these inputs and outputs: the inputs copied to the device,
+    one jitted program that reads each input and writes outputs of the given shapes, the outputs read back."""
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices(platform)[0]
+
+    @jax.jit
+    def program(*xs):
+        seed = sum(x.reshape(-1)[0].astype(jnp.float32) for x in xs)
+        return [jnp.full(shape, seed, jnp.float32) for shape in output_shapes]
+
+    def run() -> list[np.ndarray]:
+        return [np.asarray(y) for y in program(*[jax.device_put(x, device) for x in inputs])]
+
+    return run, {}
+
+
 def official_gpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str = "GPU") -> tuple[Callable, dict]:
     """The official CompiledModel on its GPU accelerator: signature 0, inputs matched by tensor index
     (``accelerator="CPU"`` runs the same code on its CPU, to check the runner where there is no GPU)."""
@@ -203,6 +226,8 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
     if has_gpu:
         variants["litegpu_gpu_fp32"] = lambda: litegpu_runner(path, inputs, "gpu", "fp32", threads)
         variants["litegpu_gpu_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16", threads)
+        output_shapes = [tuple(model_ir.subgraphs[0].tensors[t].shape) for t in model_ir.subgraphs[0].outputs]
+        variants["jax_floor_gpu"] = lambda: jax_floor_runner(inputs, output_shapes)
     if official_gpu:
         variants["official_gpu"] = lambda: official_gpu_runner(path, inputs)
     record["gpu"] = has_gpu
@@ -224,7 +249,7 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
         record[name] = entry
     if "official_cpu" in outputs:
         for name, got in outputs.items():
-            if name != "official_cpu":
+            if name not in ("official_cpu", "jax_floor_gpu"):  # the floor computes nothing of the model
                 record[name]["max_abs_diff"] = max_abs_diff(got, outputs["official_cpu"])
     # one warm-up round, which also sizes the timed part
     warm = {}
@@ -312,7 +337,8 @@ def run_all(args: argparse.Namespace) -> None:
 
 def summary_line(r: dict) -> str:
     parts = [r["model"]]
-    for name in ("official_cpu", "litegpu_cpu", "litegpu_gpu_fp32", "litegpu_gpu_fp16", "official_gpu"):
+    for name in ("official_cpu", "litegpu_cpu", "litegpu_gpu_fp32", "litegpu_gpu_fp16", "jax_floor_gpu",
+                 "official_gpu"):
         v = r.get(name, {})
         if "median_ms" in v:
             parts.append(f"{name} {v['median_ms']:.2f} ms")
@@ -356,7 +382,7 @@ def markdown(result: dict) -> str:
     official_gpu = any("official_gpu" in r for r in result["models"])
     head = ["model", "litegpu delegation", "XNNPACK partitions", "official XNNPACK ms", "litegpu CPU ms", "ratio CPU (official / litegpu)"]
     if gpu:
-        head += ["litegpu GPU fp32 ms", "litegpu GPU fp16 ms", "ratio GPU fp32 (official CPU / litegpu)"]
+        head += ["litegpu GPU fp32 ms", "litegpu GPU fp16 ms", "JAX floor ms", "ratio GPU fp32 (official CPU / litegpu)"]
     if official_gpu:
         head += ["official GPU ms (its default fp16)", "ratio GPU fp16 (official GPU / litegpu)"]
     head += ["S24 GPU ref ms", "runs", "litegpu first run ms", "max abs diff"]
@@ -377,6 +403,7 @@ def markdown(result: dict) -> str:
         if gpu:
             g32, g16 = r.get("litegpu_gpu_fp32", {}), r.get("litegpu_gpu_fp16", {})
             cells += [_cell(g32, "median_ms", ".2f"), _cell(g16, "median_ms", ".2f"),
+                      _cell(r.get("jax_floor_gpu", {}), "median_ms", ".2f"),
                       _cell(g32, "ratio_official_over_litegpu", ".1f")]
             if "ratio_official_over_litegpu" in g32:
                 ratios["litegpu_gpu_fp32"].append(g32["ratio_official_over_litegpu"])
