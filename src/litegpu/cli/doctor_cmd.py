@@ -13,7 +13,8 @@ ENGINE_ROLES = {
                'pip install ai-edge-litert'),
     "openvino": ("CPU: the float ops OpenVINO converts (the default fast path)", 'pip install openvino'),
     "xla": ("GPU (CUDA, ROCm) and CPU: every op, exact TFLite integer kernels, state, control flow",
-            'pip install jax  (GPU: pip install "litegpu[cuda12]" for NVIDIA, jax[rocm] for AMD)'),
+            'pip install jax  (GPU: pip install "litegpu[cuda12]" or "litegpu[cuda13]" for NVIDIA, '
+            'jax[rocm] for AMD)'),
     "reference": ("CPU: numpy interpreter, exact and slow; ops no other engine runs", "numpy (always present)"),
 }
 
@@ -53,8 +54,8 @@ def device_report() -> list[dict[str, Any]]:
                      "engines": "xla"})
     if not gpus:
         rows.append({"device": "GPU", "detail": "none visible to JAX", "engines": "-",
-                     "install": 'NVIDIA: pip install "litegpu[cuda12]"; AMD: pip install "jax[rocm]" (JAX\'s ROCm '
-                                "build); Intel GPUs are not supported yet"})
+                     "install": 'NVIDIA: pip install "litegpu[cuda12]" (or [cuda13], matching the driver); '
+                                'AMD: pip install "jax[rocm]" (JAX\'s ROCm build); Intel GPUs are not supported yet'})
     return rows
 
 
