@@ -38,7 +38,7 @@ from ..ir.dtypes import SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, tie_to, unpack_sub_byte
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
-from .memory import check_fits, is_out_of_memory, needed_bytes, out_of_memory
+from .memory import check_fits, device_available_bytes, is_out_of_memory, needed_bytes, out_of_memory
 
 # Float constants with more elements than this become program parameters.
 PARAM_MIN_ELEMENTS = 256
@@ -56,9 +56,14 @@ INT_PARAM_MIN_BYTES = 64 << 10
 # int8 -> float32 quadruples) are folded only when all of them fit in FOLD_GROWTH_BUDGET_BYTES: in a
 # bigger model (a multi-GB float16 LLM) they stay in the program, converted where used, and host
 # memory holds the weights once, in their stored dtype.  Mobile float16 models (a few MB to tens of
-# MB) fold entirely.  (Converting in every run costs time: see BENCHMARKS.md, issue 9.)
+# MB) fold entirely.  (Converting in every run costs time: see BENCHMARKS.md, issue 9.)  On a GPU the
+# results live in device memory, not the host's: there growing folds are made whenever they all fit in
+# FOLD_GROWTH_DEVICE_SHARE of the device's free memory.  On the H200 a decoder with 1.07 GB of float16
+# weights converted in every step ran 2.86 ms per token, one with 1.13 GB of float32 weights 1.43 ms: about
+# 1.9 against 0.4 ms beyond the ~1 ms that every step cost apart from its weights (BENCHMARKS.md, "GPU").
 FOLD_BUDGET_BYTES = 512 << 20
 FOLD_GROWTH_BUDGET_BYTES = 64 << 20
+FOLD_GROWTH_DEVICE_SHARE = 0.25
 # Options of every XLA CPU compile.  XLA's newer fusion emitters needed twice the compile memory of its
 # classic ones and kept executables 25 to 35 % bigger (decoder layers of width 4096: 85 against 175 MiB
 # to compile a 2-layer decode step, 42 against 56 MiB kept), and did not run faster here (see BENCHMARKS.md).
@@ -474,8 +479,8 @@ class XlaState:
         # Growing folds are all or nothing: in a model past the budget they would buy a few percent
         # of speed for as many percent of memory.
         growth = _growth_to_fold(model)
-        budget = {False: FOLD_BUDGET_BYTES,
-                  True: FOLD_GROWTH_BUDGET_BYTES if growth <= FOLD_GROWTH_BUDGET_BYTES else -1}
+        on_accelerator = self.mesh is None and _is_accelerator(self.device)
+        budget = {False: FOLD_BUDGET_BYTES, True: self._growth_budget(growth, on_accelerator)}
         for sg in model.subgraphs:
             known: dict[int, Any] = {}
             fold_keys: dict[int, str] = {}  # tensor -> the key its folded value has in params
@@ -503,7 +508,18 @@ class XlaState:
                         value = value.astype(self.storage)
                     self.params[key] = (jax.device_put(value, self.device) if self.mesh is None
                                         else self._sharded(key, sg, t, value))
+                    if grows and on_accelerator:  # the host keeps the weights once: later folds read the device's
+                        known[t.index] = self.params[key]
                     self._take_folded(sg, t, key, fold_keys, known)
+
+    def _growth_budget(self, growth: int, on_accelerator: bool) -> int:
+        """Bytes that folds growing their inputs may add: all of ``growth`` or nothing (-1)."""
+        limit = FOLD_GROWTH_BUDGET_BYTES
+        if on_accelerator:
+            free = device_available_bytes(self.device)
+            if free is not None:
+                limit = max(limit, int(free[0] * FOLD_GROWTH_DEVICE_SHARE))
+        return limit if growth <= limit else -1
 
     def _take_folded(self, sg: Subgraph, t: Tensor, key: str, fold_keys: dict[int, str], known: dict) -> None:
         self.folded[(sg.index, t.index)] = key
@@ -541,6 +557,10 @@ class XlaState:
             del self.params[key]
             self.placements.pop(key, None)
         self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
+
+
+def _is_accelerator(device: Any) -> bool:
+    return getattr(device, "platform", "cpu") != "cpu"
 
 
 def _foldable_outputs(sg: Subgraph, op: Operator, known: Any) -> list[Tensor]:
