@@ -337,11 +337,31 @@ def device_param_bytes(model: Any) -> int:
     return int(sum(int(v.nbytes) for s in states for v in s.params.values()))
 
 
+def host_pick_generate(model: Any, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding as ``litegpu.generate`` did before 2026-11-25, for comparison: each step's logits read
+    back to the host and the next token picked there, each step waited for before the next."""
+    from litegpu.runtime.generate import _Loop, _prefill
+
+    loop = _Loop(model, "prefill", "decode", "tokens", "input_pos", "logits")
+    last = _prefill(loop, prompt, 0)
+    tokens, position = [], len(prompt)
+    while True:
+        tokens.append(int(np.argmax(last)))
+        if len(tokens) == n:
+            return tokens
+        last = loop.step(loop.decode, [tokens[-1]], position)[0]
+        position += 1
+
+
 def cmd_decode(args: argparse.Namespace) -> dict:
     import litegpu
     from decoder_model import config_for_bytes, write_decoder
 
+    from litegpu.backends import xla
+
     device = require(args.accelerator)
+    if args.fold_share is not None:  # A/B of float16 weights converted at load on a GPU (xla.py)
+        xla.FOLD_GROWTH_DEVICE_SHARE = args.fold_share
     config = config_for_bytes(int(args.gigabytes * 1e9), width=args.width, heads=max(1, args.width // 128),
                               vocab=args.vocab, max_len=args.max_len, prefill_len=args.prefill_len,
                               weights=args.weights)
@@ -372,6 +392,11 @@ def cmd_decode(args: argparse.Namespace) -> dict:
         if tokens[:2] != first:  # reported, not fatal: the timing still stands
             print(f"WARNING: greedy decoding is not deterministic: {tokens[:2]} then {first}", flush=True)
         per_token_s = (statistics.median(many) - statistics.median(one)) / (steps - 1)
+        host_one = timed(lambda: host_pick_generate(model, prompt, 1), args.repeats, warmup=1)
+        host_many = timed(lambda: host_pick_generate(model, prompt, steps), args.repeats, warmup=0)
+        host_per_token_s = (statistics.median(host_many) - statistics.median(host_one)) / (steps - 1)
+        if host_pick_generate(model, prompt, steps) != tokens:
+            print("WARNING: the host-picked tokens differ from generate's", flush=True)
         weight_bytes, on_device = config.weight_bytes(), device_param_bytes(model)
         bandwidth = measure_bandwidth(device, int(args.bandwidth_gb * 1e9), 10)
         bound = bandwidth["bandwidth_Bps"] / weight_bytes
@@ -380,6 +405,8 @@ def cmd_decode(args: argparse.Namespace) -> dict:
             "weight_bytes": weight_bytes, "device_weight_bytes": on_device, "precision": args.precision,
             "plan": model.plan.summary(), "load_s": load_s, "first_generate_s": compile_s, "decode_steps": steps,
             "decode_s_per_token": per_token_s, "tokens_per_s": 1 / per_token_s, "bandwidth": bandwidth,
+            "host_pick_s_per_token": host_per_token_s,
+            "fold_growth_device_share": xla.FOLD_GROWTH_DEVICE_SHARE,
             "bound_tokens_per_s": bound, "fraction_of_bound": (1 / per_token_s) / bound,
             "bound_tokens_per_s_device_bytes": bandwidth["bandwidth_Bps"] / on_device if on_device else None,
             "tokens": tokens[:16], "deterministic": tokens[:2] == first}
@@ -393,6 +420,8 @@ def cmd_decode(args: argparse.Namespace) -> dict:
     print(f"| weights held on the device | {on_device / 1e9:.3f} GB |")
     print(f"| decode, median of {args.repeats} x {steps} tokens | {per_token_s * 1e3:.2f} ms/token = "
           f"{1 / per_token_s:.1f} tokens/s |")
+    print(f"| the same, each token picked on the host (generate before 2026-11-25) | "
+          f"{host_per_token_s * 1e3:.2f} ms/token |")
     print(f"| measured bandwidth (copy of {bandwidth['array_bytes'] / 1e9:.2f} GB) | "
           f"{bandwidth['bandwidth_Bps'] / 1e9:.0f} GB/s |")
     print(f"| bound: bandwidth / file weight bytes | {bound:.1f} tokens/s |")
@@ -439,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--bandwidth-gb", type=float, default=1.0)
     p.add_argument("--keep", type=Path, help="write the model into this folder and keep it (reused when present)")
+    p.add_argument("--fold-share", type=float, help="xla.FOLD_GROWTH_DEVICE_SHARE for this run (0: float16 "
+                   "weights stay float16 on a GPU, converted in every step)")
     args = parser.parse_args(argv)
     result = args.fn(args)
     result["command"] = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
