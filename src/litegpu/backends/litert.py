@@ -331,7 +331,7 @@ class LiteRtExecutable(Executable):
         self._casts = None
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        arrays = [x if type(x) is np.ndarray else np.asarray(x) for x in inputs]
+        arrays = inputs if all(type(x) is np.ndarray for x in inputs) else [np.asarray(x) for x in inputs]
         with self.shared.lock:
             try:
                 outputs = self._run(arrays)

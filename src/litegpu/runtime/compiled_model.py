@@ -576,12 +576,12 @@ class CompiledModel:
         """Run with inputs in signature order; results in signature order (a SignatureDef may order its
         inputs and outputs differently from the subgraph).  ``consumable``: positions (signature order) of
         inputs whose memory the run may reuse for its outputs (``_consumable_inputs``)."""
-        sg = self._ir.subgraphs[s.subgraph]
         inputs_at, outputs_at = self._positions(s)
-        backend = self._backend(s)
+        backend = self._backends.get(s.index) or self._backend(s)  # made once; the lock only to make it
         ordered = [data[k] for k in inputs_at]
         if consumable and getattr(backend, "consumes_inputs", False):
             consumed = {s.inputs[i][1] for i in consumable}
+            sg = self._ir.subgraphs[s.subgraph]
             results = backend.run(ordered, consumable=[i for i, t in enumerate(sg.inputs) if t in consumed])
         else:
             results = backend.run(ordered)
@@ -679,11 +679,11 @@ class CompiledModel:
         dtypes and the other dimensions must match.
         """
         s = self._signature(signature_key)
-        if isinstance(inputs, Mapping):
+        if type(inputs) is dict or isinstance(inputs, Mapping):  # a dict skips the slower ABC check
             if len(inputs) != len(s.input_names) or not all(n in inputs for n in s.input_names):
                 raise SignatureError(f"signature {s.key!r} takes inputs {s.input_names}; got {list(inputs)}")
             inputs = [inputs[n] for n in s.input_names]
-        if not isinstance(inputs, Sequence) or len(inputs) != len(s.inputs):
+        if not (type(inputs) is list or isinstance(inputs, Sequence)) or len(inputs) != len(s.inputs):
             raise SignatureError(f"signature {s.key!r} takes {len(s.inputs)} input(s) {s.input_names}")
         arrays = [self._quick_input(s, i, x) for i, x in enumerate(inputs)]
         with self._lock:

@@ -245,7 +245,7 @@ class PartitionedSignature:
         self.transfers = 0  # tensors the last run moved between host and devices
         self._direct = self._direct_positions()
 
-    def _direct_positions(self) -> tuple[list[int], list[int]] | None:
+    def _direct_positions(self) -> tuple[list[int] | None, list[int] | None] | None:
         """For one host unit running the whole subgraph: where its inputs sit among the subgraph's and where
         the subgraph's outputs sit among its outputs (a run then skips the per-tensor bookkeeping, which is
         most of a call on a model that runs in microseconds); None otherwise."""
@@ -254,18 +254,26 @@ class PartitionedSignature:
         op_range, sg = self.units[0].op_range, self.subgraph
         if set(op_range.inputs) != set(sg.inputs) or not set(sg.outputs) <= set(op_range.outputs):
             return None
-        return [list(sg.inputs).index(t) for t in op_range.inputs], [list(op_range.outputs).index(t) for t in sg.outputs]
+        taken = [list(sg.inputs).index(t) for t in op_range.inputs]
+        given = [list(op_range.outputs).index(t) for t in sg.outputs]
+        # None: already in order (the usual case), no reordering per call
+        return (None if taken == list(range(len(sg.inputs))) else taken,
+                None if given == list(range(len(op_range.outputs))) else given)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         sg = self.subgraph
         if len(inputs) != len(sg.inputs):
             raise ModelExecutionError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
         if self._direct is not None:
-            self.transfers = sum(map(_is_device_array, inputs))
             taken, given = self._direct
-            results = self.units[0].run([x if type(x) is np.ndarray else np.asarray(x)
-                                         for x in (inputs[k] for k in taken)])
-            return [results[k] for k in given]
+            args = inputs if taken is None else [inputs[k] for k in taken]
+            if all(type(x) is np.ndarray for x in args):
+                self.transfers = 0
+            else:
+                self.transfers = sum(map(_is_device_array, args))
+                args = [np.asarray(x) for x in args]
+            results = self.units[0].run(args)
+            return results if given is None else [results[k] for k in given]
         values: dict[int, Any] = dict(zip(sg.inputs, inputs))
         placed: dict[tuple[int, str], Any] = {}
         self.transfers = 0
