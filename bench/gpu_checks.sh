@@ -59,6 +59,10 @@ import litegpu
 from litegpu.backends.xla import available_platforms
 print("litegpu", litegpu.__file__, "platforms", available_platforms())
 EOF
+    # the command-line tools on the GPU: what doctor sees, and bench on one model (start-up, latency, memory)
+    $PY -m litegpu.cli.main doctor
+    local model=$LITEGPU_SHARED_MODELS/mediapipe_hand_landmark_lite.tflite
+    [ -f "$model" ] && $PY -m litegpu.cli.main bench "$model" --accelerator "${ACCELERATOR/cpu/gpu,cpu}" --runs 20
 }
 
 step_tests() {
@@ -86,7 +90,7 @@ step_zoo() {
     $PY bench/zoo.py run --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo.json"
 }
 
-declare -A LIMIT=([env]=40 [tests]=400 [zoo]=220 [bench]=330)
+declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330)
 setup
 for step in "${@:-env tests zoo bench}"; do
     for s in $step; do
