@@ -266,7 +266,7 @@ class PartitionedSignature:
             raise ModelExecutionError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
         if self._direct is not None:
             taken, given = self._direct
-            args = inputs if taken is None else [inputs[k] for k in taken]
+            args = list(inputs) if taken is None else [inputs[k] for k in taken]
             if all(type(x) is np.ndarray for x in args):
                 self.transfers = 0
             else:
