@@ -166,8 +166,14 @@ def _device_argmax(shape: tuple[int, ...], dtype: str) -> Any:
 
 
 def _token_value(token: Any) -> int:
-    """A token from ``greedy_step`` as a host int: the one wait per token of the greedy loop."""
-    return token if isinstance(token, int) else int(np.asarray(token).reshape(-1)[0])
+    """A token from ``greedy_step`` as a host int: the one wait per token of the greedy loop, where a failure
+    of the dispatched steps surfaces (out of device memory: ``OutOfMemoryError``, as for any run waited on)."""
+    if isinstance(token, int):
+        return token
+    from .event import _wait_for
+
+    _wait_for(token)
+    return int(np.asarray(token).reshape(-1)[0])
 
 
 def cache_length(model: Any, decode_signature: str = "decode") -> int | None:
