@@ -87,6 +87,18 @@ def test_new_input_shapes_resize_the_interpreter():
     np.testing.assert_allclose(one, got[:1], rtol=1e-6, atol=1e-6)
 
 
+def test_a_shape_the_interpreter_refuses_fails_that_run_only():
+    data = small_mlp(batch_signature=True)
+    model = read_model(data)
+    executable = LiteRtEngine().compile(model, whole(model), EngineSettings())
+    x = np.random.default_rng(5).normal(size=(2, 16)).astype(np.float32)
+    (want,) = executable.run([x])
+    with pytest.raises(ModelExecutionError, match="official interpreter failed"):
+        executable.run([np.zeros((2, 5), np.float32)])  # 5 features where the weights take 16
+    (again,) = executable.run([x])
+    np.testing.assert_array_equal(again, want)
+
+
 def test_a_part_of_a_subgraph_runs_as_a_sub_model():
     data = small_mlp()
     model = read_model(data)
