@@ -66,9 +66,15 @@ EOF
 }
 
 step_tests() {
-    local per_test=""  # one hung test must not take the step's whole time
+    local per_test="" workers=""  # one hung test must not take the step's whole time
     $PY -c "import pytest_timeout" 2>/dev/null && per_test="--timeout ${TEST_TIMEOUT:-120}"
-    $PY -m pytest -q -rxXsf -p no:cacheprovider --durations 15 $per_test tests/gpu
+    # TEST_WORKERS=4: pytest-xdist processes (compiling is most of the time; each process then takes GPU
+    # memory as it needs it instead of JAX's 75 % up front). Ran with the CPU standing in, not yet on a GPU.
+    if [ "${TEST_WORKERS:-1}" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
+        workers="-n $TEST_WORKERS"
+        export XLA_PYTHON_CLIENT_PREALLOCATE=false
+    fi
+    $PY -m pytest -q -rxXsf -p no:cacheprovider --durations 15 $per_test $workers tests/gpu
 }
 
 step_bench() {
