@@ -249,7 +249,7 @@ def _openvino_or_litert(monkeypatch, winner):
 
     def timed(candidates, **kwargs):
         calls.append(sorted(candidates))
-        return winner, {name: 1.0 for name in candidates}
+        return winner, {name: 1.0 if name == winner else 2.0 for name in candidates}
 
     monkeypatch.setattr("litegpu.backends.engine.fastest", timed)
     return calls
@@ -264,6 +264,16 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
     assert set(cm.plan.ops_per_engine()) == {winner}
     x = np.random.default_rng(4).normal(size=(1, 16)).astype(np.float32)
     np.testing.assert_allclose(list(cm.run([x]).values())[0], official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.95, "openvino")])
+def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
+    pytest.importorskip("openvino")
+    monkeypatch.setattr("litegpu.backends.engine.fastest", lambda candidates, **kwargs: (
+        min(("litert", 1.0), ("openvino", openvino_ms), key=lambda c: c[1])[0],
+        {"litert": 1.0, "openvino": openvino_ms}))
+    cm = litegpu.CompiledModel.from_buffer(small_mlp(), CPU)
+    assert cm.plan.target.value == chosen
 
 
 def test_the_verdict_is_kept_in_the_compile_cache(monkeypatch, tmp_path):
