@@ -76,10 +76,14 @@ def test_a_partition_runs_as_the_official_interpreter_runs_it():
     np.testing.assert_array_equal(got, want)
 
 
+def batch_mlp_executable():
+    """The whole small MLP, batch dimension free, on the official interpreter."""
+    model = read_model(small_mlp(batch_signature=True))
+    return LiteRtEngine().compile(model, whole(model), EngineSettings())
+
+
 def test_new_input_shapes_resize_the_interpreter():
-    data = small_mlp(batch_signature=True)
-    model = read_model(data)
-    executable = LiteRtEngine().compile(model, whole(model), EngineSettings())
+    executable = batch_mlp_executable()
     x = np.random.default_rng(2).normal(size=(3, 16)).astype(np.float32)
     (got,) = executable.run([x])
     assert got.shape == (3, 4)
@@ -88,9 +92,7 @@ def test_new_input_shapes_resize_the_interpreter():
 
 
 def test_a_shape_the_interpreter_refuses_fails_that_run_only():
-    data = small_mlp(batch_signature=True)
-    model = read_model(data)
-    executable = LiteRtEngine().compile(model, whole(model), EngineSettings())
+    executable = batch_mlp_executable()
     x = np.random.default_rng(5).normal(size=(2, 16)).astype(np.float32)
     (want,) = executable.run([x])
     with pytest.raises(ModelExecutionError, match="official interpreter failed"):
