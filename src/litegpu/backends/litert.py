@@ -334,8 +334,6 @@ class LiteRtExecutable(Executable):
         self._outputs = [ports[t] for t in op_range.outputs] if ports else list(op_range.outputs)
         # a sub-model has an interpreter of its own, whose subgraph 0 is the part
         self._subgraph = 0 if ports else op_range.subgraph
-        # outputs the interpreter gives in another dtype than the model declares (none seen): cast after a run
-        self._casts = None
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         arrays = inputs if all(type(x) is np.ndarray for x in inputs) else [np.asarray(x) for x in inputs]
@@ -345,11 +343,7 @@ class LiteRtExecutable(Executable):
             except (ValueError, RuntimeError) as e:
                 raise ModelExecutionError(f"{self.shared.model.source}: the official interpreter failed on "
                                           f"{self.op_range}: {_first_line(e)}") from e
-        if self._casts is None:
-            self._casts = [r.dtype != dtype for r, dtype in zip(outputs, self._output_dtypes)]
-        if any(self._casts):
-            return [r.astype(dtype) if cast else r for r, dtype, cast in zip(outputs, self._output_dtypes, self._casts)]
-        return outputs
+        return [r if r.dtype == dtype else r.astype(dtype) for r, dtype in zip(outputs, self._output_dtypes)]
 
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         shared, subgraph, wrapper = self.shared, self._subgraph, self.shared.wrapper

@@ -287,16 +287,16 @@ class PartitionedSignature:
         key = (t, where)
         if key not in placed:
             value = values[t]
-            from ..backends.xla import is_device_array, jax_module
-
             if where == HOST:
-                self.transfers += is_device_array(value)
+                self.transfers += _is_device_array(value)
                 placed[key] = np.asarray(value)
             else:
+                from ..backends.xla import jax_module
+
                 device = self.owner.state(where).device
-                if not (is_device_array(value) and device in value.devices()):
+                if not (_is_device_array(value) and device in value.devices()):
                     self.transfers += 1
-                    value = jax_module().device_put(value if is_device_array(value) else np.asarray(value), device)
+                    value = jax_module().device_put(value if _is_device_array(value) else np.asarray(value), device)
                 placed[key] = value
         return placed[key]
 
