@@ -2,8 +2,11 @@
 
 ``LITEGPU_TEST_ACCELERATOR`` picks the device (default ``gpu``):
 
-- ``gpu``: a real GPU.  Modules skip themselves when JAX sees none, so on a CPU machine
-  ``python -m pytest tests/gpu`` costs one ``import jax``.
+- ``gpu``: the GPU litegpu would use: XLA where JAX sees a GPU (CUDA, ROCm); where it sees none, IREE on a
+  Vulkan device (``GpuOptions(engine="iree")``, which takes Mesa's software lavapipe too: every code path of
+  the IREE engine runs on it, see ``backends/iree.py``).  Modules skip themselves when there is neither, so
+  on a machine without them ``python -m pytest tests/gpu`` costs one ``import jax`` and a Vulkan query.
+- ``iree``: IREE on a Vulkan device even where JAX sees a GPU (NVIDIA's Vulkan driver, say).
 - ``cpu``: the CPU stands in for the GPU.  The environment claims a GPU and hands out the XLA CPU
   device for it, so every GPU code path of litegpu (the GPU plan and its splits, the float view of
   quantized models, fp16 storage, device-resident buffers, events) runs, only on the CPU.  It proves
@@ -12,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -28,19 +32,47 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def require_accelerator() -> str:
     """Call at module level: skips the module unless the chosen accelerator is there."""
-    if ACCELERATOR not in ("gpu", "cpu"):
-        raise pytest.UsageError(f"LITEGPU_TEST_ACCELERATOR is 'gpu' or 'cpu', not {ACCELERATOR!r}")
-    if ACCELERATOR == "gpu":
-        from litegpu.backends.xla import available_platforms
+    if ACCELERATOR not in ("gpu", "iree", "cpu"):
+        raise pytest.UsageError(f"LITEGPU_TEST_ACCELERATOR is 'gpu', 'iree' or 'cpu', not {ACCELERATOR!r}")
+    if on_iree():
+        from litegpu.backends.iree import iree_devices, no_device_reason
 
-        if "gpu" not in available_platforms():
-            pytest.skip("JAX sees no GPU (set LITEGPU_TEST_ACCELERATOR=cpu to run these tests with the CPU "
-                        "standing in for it)", allow_module_level=True)
+        if not iree_devices(allow_software=True):
+            where = "JAX sees no GPU, and " if ACCELERATOR == "gpu" else ""
+            pytest.skip(f"{where}IREE has no Vulkan device: {no_device_reason(allow_software=True)} (Debian: "
+                        "apt-get install mesa-vulkan-drivers gives the software lavapipe; set "
+                        "LITEGPU_TEST_ACCELERATOR=cpu to run these tests with the CPU standing in)",
+                        allow_module_level=True)
     return ACCELERATOR
 
 
+@functools.lru_cache(maxsize=1)
+def _jax_sees_a_gpu() -> bool:
+    from litegpu.backends.xla import available_platforms
+
+    return "gpu" in available_platforms()
+
+
+def on_iree() -> bool:
+    """The GPU tests run through the IREE engine (on a Vulkan device)."""
+    return ACCELERATOR == "iree" or ACCELERATOR == "gpu" and not _jax_sees_a_gpu()
+
+
 def on_real_gpu() -> bool:
-    return ACCELERATOR == "gpu"
+    """A GPU that JAX sees runs the tests (XLA's device arrays, DLPack with torch and cupy)."""
+    return ACCELERATOR == "gpu" and _jax_sees_a_gpu()
+
+
+def gpu_engine() -> str:
+    """The engine of the GPU partitions: "iree" or "xla"."""
+    return "iree" if on_iree() else "xla"
+
+
+def gpu_target() -> Any:
+    """The plan target of GPU partitions."""
+    from litegpu.ops import Target
+
+    return Target.IREE if on_iree() else Target.XLA_GPU
 
 
 def make_environment() -> Any:
@@ -48,11 +80,16 @@ def make_environment() -> Any:
     (the one ``bench/bench_gpu.py --accelerator cpu`` uses)."""
     from oracle import load_bench_module
 
-    return load_bench_module("bench_gpu").environment("gpu" if on_real_gpu() else "cpu")
+    return load_bench_module("bench_gpu").environment("cpu" if ACCELERATOR == "cpu" else "gpu")
 
 
 def expected_platform() -> str:
-    """The JAX platform of the arrays a GPU run leaves in its output buffers."""
+    """The platform of the arrays a GPU run leaves in its output buffers: JAX's ("gpu", or "cpu" standing in),
+    or IREE's ("vulkan")."""
+    if on_iree():
+        from litegpu.backends.iree import iree_devices
+
+        return iree_devices(allow_software=True)[0].platform
     return "gpu" if on_real_gpu() else "cpu"
 
 
@@ -62,8 +99,8 @@ def compiled(source: Any, *, precision: str = "fp32", quantized_execution: str =
     import litegpu as lg
 
     flags = lg.HardwareAccelerator.GPU | lg.HardwareAccelerator.CPU if flags is None else flags
-    options = lg.Options(flags, gpu_options=lg.GpuOptions(precision=precision,
-                                                          quantized_execution=quantized_execution))
+    options = lg.Options(flags, gpu_options=lg.GpuOptions(precision=precision, quantized_execution=quantized_execution,
+                                                          engine=gpu_engine()))
     env = environment or make_environment()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a partial delegation is reported by the plan, not asserted here
