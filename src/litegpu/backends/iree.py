@@ -4,8 +4,12 @@ litegpu already lowers every op to StableHLO through JAX.  IREE (``iree-base-com
 compiles StableHLO for Vulkan (SPIR-V) and Metal and runs the result from Python, so a partition goes to IREE
 the way it goes to XLA:
 
-- **Support**: the GPU's op rules (``Target.XLA_GPU``: the same lowering), less what IREE or the device cannot
-  do: complex numbers, and the exact integer kernels (which compute in float64) on a device without float64.
+- **Support**: the GPU's op rules (``Target.XLA_GPU``: the same lowering), less what IREE cannot do: complex
+  numbers, and TFLite's exact integer kernels (``quantized_execution="integer"``), whose programs IREE 3.13's
+  SPIR-V compiler crashes on or never finishes (an int8 decoder: over 5 GB and minutes; see BENCHMARKS.md):
+  quantized models run on IREE as their float view, the GPU's default.  A partition IREE still fails to
+  compile (a compiler crash, or ``COMPILE_TIMEOUT_S``) runs on the CPU, with a warning; the failure is kept in
+  the compile cache, so that a later process does not try again.
 - **Compile**: the partition is traced by litegpu's own lowering (``xla.export_program``: ``jax.export``, whose
   serialized StableHLO is versioned, so JAX and IREE need not share an MLIR) with its weights and variables as
   arguments, then compiled by ``iree-compile`` (a separate process: a compiler crash cannot take the model's
@@ -56,6 +60,9 @@ log = logging.getLogger(__name__)
 # Environment variable: the Vulkan target to compile for, overriding the choice (an IREE target name such as
 # "ampere", "rdna3", "valhall4", or "device" for the description read from the device itself).
 TARGET_ENV = "LITEGPU_IREE_VULKAN_TARGET"
+# iree-compile gets this long per partition (LITEGPU_IREE_COMPILE_TIMEOUT seconds overrides): IREE 3.13 never
+# finishes some programs (see the module doc), and the partition then runs on the CPU.
+COMPILE_TIMEOUT_S = 900.0
 # Memory imported from the host into a Vulkan device must be aligned (VkPhysicalDeviceExternalMemoryHostProperties:
 # 4096 bytes on lavapipe, NVIDIA and AMD); imports are this aligned in address and size.
 HOST_IMPORT_ALIGNMENT = 4096
@@ -205,17 +212,18 @@ def named_vulkan_target(device: VulkanDevice) -> str | None:
     return None
 
 
-def vulkan_target_attribute(device: VulkanDevice) -> str:
+def vulkan_target_attribute(device: VulkanDevice, subgroup_ops: bool = True) -> str:
     """An IREE ``#hal.device.target`` written from the device's own Vulkan properties: its number types,
-    storage types, subgroup size and operations, workgroup limits.  (The syntax is IREE's ``#iree_gpu.target``;
-    tests compile with it, so an IREE release that changes it fails there first.)"""
+    storage types, subgroup size and operations (none without ``subgroup_ops``), workgroup limits.  (The
+    syntax is IREE's ``#iree_gpu.target``; tests compile with it, so an IREE release that changes it fails
+    there first.)"""
     compute = ["fp32", "int32"] + [bits for bits, ok in (("fp64", device.float64), ("fp16", device.float16),
                                                           ("int64", device.int64), ("int16", device.int16),
                                                           ("int8", device.int8)) if ok]
     storage = ["b32"] + [bits for bits, ok in (("b64", device.int64 or device.float64), ("b16", device.storage16),
                                                ("b8", device.storage8)) if ok]
-    subgroup = "|".join(op for op, ok in (("shuffle", device.subgroup_shuffle),
-                                          ("arithmetic", device.subgroup_arithmetic)) if ok) or "none"
+    subgroup = "|".join(op for op, ok in (("shuffle", device.subgroup_shuffle and subgroup_ops),
+                                          ("arithmetic", device.subgroup_arithmetic and subgroup_ops)) if ok) or "none"
     spirv = "v1.6" if _api_at_least(device.api_version, 1, 3) else "v1.5"
     sizes = ", ".join(str(min(v, _INT32_MAX)) for v in device.max_workgroup_size)
     counts = ", ".join(str(min(v, _INT32_MAX)) for v in device.max_workgroup_count)
@@ -243,6 +251,12 @@ class CompileTarget:
     description: str                    # for messages and cache keys
     flags: tuple[str, ...]
     attribute: str | None = None
+    # tried when IREE fails on this one: the device's description without subgroup operations (IREE 3.13's
+    # SPIR-V reductions over indices, an ARG_MAX or a MEAN in a decoder, fail to compile with them)
+    conservative: CompileTarget | None = None
+
+    def attempts(self) -> list[CompileTarget]:
+        return [self] + ([self.conservative] if self.conservative is not None else [])
 
 
 def compile_target(device: IreeDevice) -> CompileTarget:
@@ -257,11 +271,14 @@ def compile_target(device: IreeDevice) -> CompileTarget:
     assert vk is not None
     f64 = ("--iree-input-demote-f64-to-f32=false",) if device.float64 else ()
     chosen = os.environ.get(TARGET_ENV, "").strip() or named_vulkan_target(vk) or "device"
+    plain = vulkan_target_attribute(vk, subgroup_ops=False)
+    conservative = CompileTarget(f"vulkan:{plain}", common + f64, plain)
     if chosen != "device":
         return CompileTarget(f"vulkan:{chosen}", common + f64 + ("--iree-hal-target-device=vulkan",
-                                                                  f"--iree-vulkan-target={chosen}"))
+                                                                  f"--iree-vulkan-target={chosen}"), None, conservative)
     attribute = vulkan_target_attribute(vk)
-    return CompileTarget(f"vulkan:{attribute}", common + f64, attribute)
+    return CompileTarget(f"vulkan:{attribute}", common + f64, attribute,
+                         conservative if plain != attribute else None)
 
 
 def with_device_target(mlir: str, attribute: str) -> str:
@@ -279,7 +296,9 @@ def with_device_target(mlir: str, attribute: str) -> str:
 
 class IreeSession:
     """One IREE device opened for this process: the VM instance, the HAL device and module, and a timeline
-    semaphore whose values order the calls (every call signals the next value)."""
+    semaphore that makes the device an in-order queue, as a CUDA stream is: every call (and readback) waits for
+    the previous value and signals the next.  (A timeline semaphore must only grow: two calls left unordered
+    may finish in either order, and the second signal then fails, losing the device.)"""
 
     def __init__(self, device: IreeDevice):
         rt = _runtime()
@@ -292,6 +311,7 @@ class IreeSession:
         self._value = 0
         self.lock = threading.Lock()
         self.can_import_host_memory = True   # until a driver refuses it (then readback maps a staging buffer)
+        self.lost = False
 
     @staticmethod
     def _open(driver: Any, device: IreeDevice) -> Any:
@@ -309,10 +329,20 @@ class IreeSession:
         raise AcceleratorUnavailableError(f"IREE's {device.api} driver does not list {device.name!r} "
                                           f"(it lists {[i.get('name') for i in listed]})")
 
-    def next_fence(self) -> tuple[Any, int]:
-        """A fence at the next value of the timeline (call under ``lock``)."""
+    def next_fence(self) -> tuple[Any, Any, int]:
+        """(the fence of the previous call, a fence at the next value, that value); call under ``lock``."""
+        rt = _runtime()
+        previous = rt.HalFence.create_at(self.semaphore, self._value)
         self._value += 1
-        return _runtime().HalFence.create_at(self.semaphore, self._value), self._value
+        return previous, rt.HalFence.create_at(self.semaphore, self._value), self._value
+
+    def __del__(self) -> None:
+        _release_in_order(self, ("semaphore", "hal_module", "hal_device", "instance"))
+
+    def check(self, error: Exception) -> None:
+        """A lost device stays lost: the next model opens the device again (``session_for``)."""
+        if "DEVICE_LOST" in str(error):
+            self.lost = True
 
     def reached(self, value: int) -> bool:
         return self.semaphore.query() >= value
@@ -367,9 +397,18 @@ class IreeSession:
     def _copy_and_wait(self, source: Any, target: Any, after: Any) -> None:
         rt = _runtime()
         with self.lock:
-            done, _ = self.next_fence()
-            self.hal_device.queue_copy(source, target, wait_semaphores=after, signal_semaphores=done)
+            previous, done, _ = self.next_fence()
+            self.hal_device.queue_copy(source, target, wait_semaphores=rt.HalFence.join([previous, after]),
+                                       signal_semaphores=done)
         done.wait()
+
+
+def _release_in_order(owner: Any, names: Sequence[str]) -> None:
+    """Drop ``owner``'s IREE objects in this order.  IREE's semaphores (and the fences on them) do not keep
+    their device alive, and a semaphore released after its device crashes the process; Python would release
+    an object's attributes in the order they were set (the device first)."""
+    for name in names:
+        owner.__dict__.pop(name, None)
 
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
@@ -387,7 +426,7 @@ _sessions_lock = threading.Lock()
 def session_for(device: IreeDevice) -> IreeSession:
     """The process's session on ``device`` (opening a Vulkan device costs time and memory: once)."""
     with _sessions_lock:
-        if device not in _sessions:
+        if device not in _sessions or _sessions[device].lost:
             _sessions[device] = IreeSession(device)
         return _sessions[device]
 
@@ -419,6 +458,9 @@ class IreeArray:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    def __del__(self) -> None:
+        _release_in_order(self, ("fence", "view", "session"))
+
     def devices(self) -> set[IreeDevice]:
         return {self.session.device}
 
@@ -431,6 +473,7 @@ class IreeArray:
             try:
                 self.fence.wait()
             except Exception as e:
+                self.session.check(e)
                 raise ModelExecutionError(f"the IREE call on {self.session.device.name} failed: {e}") from e
         return self
 
@@ -562,12 +605,13 @@ class IreeExecutable(Executable):
             args.push_ref(view)
         results = rt.VmVariantList(len(program.results))
         with session.lock:
-            done, value = session.next_fence()
-            args.push_ref(rt.HalFence.join(waits) if waits else rt.HalFence(1))
+            previous, done, value = session.next_fence()
+            args.push_ref(rt.HalFence.join([previous, *waits]))
             args.push_ref(done)
             try:
                 program.context.invoke(program.function, args, results)
             except Exception as e:
+                session.check(e)
                 raise ModelExecutionError(f"{self.where_text}: IREE could not run it: {e}") from e
         outputs: list[Any] = [None] * len(self.op_range.outputs)
         new_variables = {}
@@ -596,17 +640,29 @@ class IreeExecutable(Executable):
         if blob is not None:
             try:
                 entry = pickle.loads(blob)
+                if "error" in entry:  # this IREE could not compile it before: do not spend the time again
+                    raise EngineCompileError(f"{entry['error']} (remembered in the compile cache)")
                 program = self._load(entry)
                 self.loaded_from_cache = True
                 return program
+            except EngineCompileError:
+                raise
             except Exception as e:  # checksummed, yet not loadable here: rebuild it, never trust it
                 self.cache.discard(key, f"IREE could not load it ({type(e).__name__}: {e})")
-        entry = self._compile(specs, var_specs)
+        try:
+            entry = self._compile(specs, var_specs)
+        except EngineCompileError as e:
+            self._remember(key, {"error": str(e)})
+            raise
+        self._remember(key, entry)
+        return self._load(entry)
+
+    def _remember(self, key: str | None, entry: dict) -> None:
         if key is not None:
             self.cache.store(key, pickle.dumps(entry), {"engine": "iree", "source": self.model.source,
                                                          "partition": str(self.op_range),
-                                                         "target": self.target.description[:80]})
-        return self._load(entry)
+                                                         "target": self.target.description[:80],
+                                                         "compiled": "error" not in entry})
 
     def _cache_entry_key(self, specs: list, var_specs: dict) -> str | None:
         if self.cache is None:
@@ -641,17 +697,26 @@ class IreeExecutable(Executable):
         results = self._result_labels(exported)
         mlir = exported.mlir_module()
         _refuse_custom_calls(mlir, self.where_text)
-        if self.target.attribute is not None:
-            mlir = with_device_target(mlir, self.target.attribute)
-        try:
-            vmfb = _compiler().compile_str(mlir, extra_args=list(self.target.flags))
-        except Exception as e:
-            raise EngineCompileError(f"{self.where_text}: IREE could not compile it for "
-                                     f"{self.session.device.name}: {_last_lines(str(e))}") from e
+        vmfb = self._compile_mlir(mlir)
         self.compile_seconds += time.perf_counter() - start
         log.info("IREE compiled %s in %.2f s (%d bytes)", self.where_text, time.perf_counter() - start, len(vmfb))
         result_specs = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype)) for a in exported.out_avals]
         return {"vmfb": bytes(vmfb), "arguments": arguments, "results": results, "result_specs": result_specs}
+
+    def _compile_mlir(self, mlir: str) -> bytes:
+        """The ``.vmfb``, for the device's target or, where IREE fails on that one, its conservative one."""
+        failures = []
+        for target in self.target.attempts():
+            text = mlir if target.attribute is None else with_device_target(mlir, target.attribute)
+            try:
+                return run_compiler(text, target.flags, compile_timeout_s())
+            except Exception as e:
+                failures.append(_last_lines(str(e)))
+                if "did not finish" in str(e):  # a second try would take as long
+                    break
+                log.info("IREE failed on %s for %s; trying the next target", self.where_text, target.description[:60])
+        raise EngineCompileError(f"{self.where_text}: IREE could not compile it for {self.session.device.name}: "
+                                 + " / then: ".join(failures))
 
     @staticmethod
     def _result_labels(exported: Any) -> list[tuple[str, Any]]:
@@ -683,6 +748,41 @@ class IreeExecutable(Executable):
         sg = self.model.subgraphs[self.op_range.subgraph]
         return self.tracer.output_shapes([(tuple(s), numpy_dtype(sg.tensors[t].dtype))
                                           for s, t in zip(input_shapes, self.op_range.inputs)])
+
+
+def exact_integer_kernel(sg: Subgraph, op: Operator) -> bool:
+    """An op computing with TFLite's integer arithmetic; a QUANTIZE or DEQUANTIZE between float and an integer
+    type (the edges of a quantized model's float view) is a scale and a rounding, not one of them."""
+    if op.opcode_name in ("QUANTIZE", "DEQUANTIZE"):
+        ends = [sg.tensors[t].dtype for t in (*op.inputs[:1], *op.outputs[:1]) if t >= 0]
+        if any(d in ("float32", "float16") for d in ends):
+            return False
+    return integer_arithmetic(sg, op)
+
+
+def run_compiler(mlir: str, flags: Sequence[str], timeout_s: float) -> bytes:
+    """``iree-compile`` on ``mlir``: the ``.vmfb``, or RuntimeError with the compiler's error lines (a crash, or
+    no result within ``timeout_s``).  (``iree.compiler.compile_str`` has no timeout.)"""
+    import subprocess
+
+    from iree.compiler.tools.binaries import find_tool
+
+    command = [find_tool("iree-compile"), "-", "--iree-vm-bytecode-module-output-format=flatbuffer-binary", *flags]
+    try:
+        done = subprocess.run(command, input=mlir.encode(), capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"iree-compile did not finish in {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"iree-compile failed (exit code {done.returncode}): "
+                           + done.stderr.decode(errors="replace"))
+    return done.stdout
+
+
+def compile_timeout_s() -> float:
+    try:
+        return float(os.environ.get("LITEGPU_IREE_COMPILE_TIMEOUT", COMPILE_TIMEOUT_S))
+    except ValueError:
+        return COMPILE_TIMEOUT_S
 
 
 def _declared_argument_dtypes(function: Any) -> list[np.dtype]:
@@ -763,9 +863,9 @@ class IreeEngine(Engine):
         tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
         if any(t.dtype in _COMPLEX_DTYPES for t in tensors):
             return "complex numbers: IREE's GPU code generation has none"
-        if not self.device.float64 and integer_arithmetic(sg, op):
-            return (f"exact integer kernels compute in float64, which {self.device.name} lacks "
-                    "(GpuOptions(quantized_execution=\"float\") runs quantized ops in float)")
+        if exact_integer_kernel(sg, op):
+            return ("TFLite's exact integer kernels: IREE's SPIR-V compiler crashes on or never finishes parts of "
+                    "them (GpuOptions(quantized_execution=\"float\"), the default, runs quantized ops in float)")
         for index in called_subgraphs(op):
             if index in seen:
                 continue
@@ -805,6 +905,7 @@ class IreeEngine(Engine):
         self._states.clear()
 
 
-__all__ = ["CompileTarget", "IreeArray", "IreeDevice", "IreeEngine", "IreeExecutable", "IreeSession", "IreeState",
-           "TARGET_ENV", "compile_target", "iree_devices", "iree_version", "missing_package", "named_vulkan_target",
-           "no_device_reason", "session_for", "vulkan_target_attribute", "with_device_target"]
+__all__ = ["COMPILE_TIMEOUT_S", "CompileTarget", "IreeArray", "IreeDevice", "IreeEngine", "IreeExecutable", "IreeSession",
+           "IreeState", "TARGET_ENV", "compile_target", "exact_integer_kernel", "iree_devices", "iree_version",
+           "missing_package", "named_vulkan_target", "no_device_reason", "run_compiler", "session_for",
+           "vulkan_target_attribute", "with_device_target"]

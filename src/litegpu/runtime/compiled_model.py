@@ -176,7 +176,7 @@ class CompiledModel:
             # GPU's float view, which the plan was made on
             self._gpu_engine = None
             self.__dict__.pop("_planned_ir", None)
-            chosen = plan(self._planned_ir, wanted, warn=False, cpu_kernels=self._cpu_kernels(wanted),
+            chosen = plan(self._planned_ir, CPU, warn=False, cpu_kernels=self._cpu_kernels(CPU),
                           engines=self._cpu_engines)
         if reasons:
             self._fell_back = True
