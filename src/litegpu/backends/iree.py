@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AcceleratorUnavailableError, EngineCompileError, ModelExecutionError
+from ..errors import AcceleratorUnavailableError, EngineCompileError, InvalidArgumentError, ModelExecutionError
 from ..ir import Model, Operator, Subgraph, called_subgraphs, numpy_dtype
 from ..ops import Target
 from .engine import Engine, EngineSettings, Executable, op_reasons, integer_arithmetic
@@ -90,26 +90,25 @@ def _compiler() -> Any:
     return iree.compiler
 
 
-def iree_version() -> str:
-    """The versions of IREE's compiler and runtime (part of every cache key: a ``.vmfb`` is theirs)."""
+def iree_version(package: str = "iree-base-runtime") -> str:
+    """The version of IREE's runtime (or another of its packages): a cache key holds the runtime's, which must be
+    the version of the compiler that made the ``.vmfb`` (IREE's bytecode is not kept stable across releases);
+    so a machine with the runtime alone runs what a machine with the compiler compiled for its GPU."""
     from importlib.metadata import PackageNotFoundError, version
 
-    found = []
-    for package in ("iree-base-compiler", "iree-base-runtime"):
-        try:
-            found.append(version(package))
-        except PackageNotFoundError:
-            found.append("missing")
-    return "/".join(found)
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "missing"
 
 
 def missing_package() -> str | None:
-    """Why IREE cannot be used here (which package is missing), or None."""
-    for module, package in (("iree.runtime", "iree-base-runtime"), ("iree.compiler", "iree-base-compiler")):
-        try:
-            __import__(module)
-        except ImportError:
-            return f"{package} is not installed (pip install \"litegpu[vulkan]\")"
+    """Why IREE cannot run here (its runtime is missing), or None.  (Compiling needs ``iree-base-compiler`` too;
+    a compile cache filled elsewhere can stand in for it: ``bench/iree_precompile.py``.)"""
+    try:
+        _runtime()
+    except ImportError:
+        return "iree-base-runtime is not installed (pip install \"litegpu[vulkan]\")"
     return None
 
 
@@ -502,13 +501,17 @@ class IreeArray:
 class IreeState:
     """The device copies of one model's weights (uploaded on first use, shared by its partitions and
     signatures) and its resource variables, over the host weights of an ``XlaState`` (which the program is
-    traced with)."""
+    traced with).  The device is opened at the first run (compiling ahead needs no device)."""
 
-    def __init__(self, session: IreeSession, host_state: Any):
-        self.session, self.host = session, host_state
+    def __init__(self, device: IreeDevice, host_state: Any):
+        self.device, self.host = device, host_state
         self._weights: dict[tuple[str, np.dtype], Any] = {}
         self.variables: dict = {}
         self._lock = threading.Lock()
+
+    @functools.cached_property
+    def session(self) -> IreeSession:
+        return session_for(self.device)
 
     def weight(self, key: str, dtype: np.dtype) -> Any:
         with self._lock:
@@ -553,10 +556,12 @@ class IreeExecutable(Executable):
     where = "iree"
 
     def __init__(self, model: Model, op_range: OpRange, settings: EngineSettings, state: IreeState,
-                 target: CompileTarget, cache: Any = None, cache_key: dict | None = None):
+                 target: CompileTarget, cache: Any = None, cache_key: dict | None = None,
+                 device: IreeDevice | None = None):
         from .xla import XlaBackend
 
         self.model, self.op_range, self.settings, self.state, self.target = model, op_range, settings, state, target
+        self.device = device if device is not None else state.device
         self.cache, self.cache_key = cache, dict(cache_key or {})
         # The program is traced with the GPU's op rules, on the host weights of the CPU state.
         self.tracer = XlaBackend(model, op_range.subgraph, "cpu", precision=settings.precision, state=state.host,
@@ -572,7 +577,7 @@ class IreeExecutable(Executable):
 
     @property
     def where_text(self) -> str:
-        return f"{self.model.source}: {self.op_range} on {self.session.device.title}"
+        return f"{self.model.source}: {self.op_range} on {self.device.title}"
 
     # ---- running ----
     def run(self, inputs: Sequence[Any]) -> list[Any]:
@@ -657,6 +662,35 @@ class IreeExecutable(Executable):
         self._remember(key, entry)
         return self._load(entry)
 
+    def compile_ahead(self, input_specs: Sequence[tuple[Sequence[int], Any]] | None = None) -> str:
+        """Compile the program for inputs of these (shape, dtype) (default: the partition's declared ones) into the
+        compile cache, without loading it, and for a stateful partition the program that takes its variables
+        back: for another machine with this GPU, which then needs IREE's runtime only (``bench/iree_precompile.py``).
+        Returns what happened to each program: "compiled", "cached", or IREE's error."""
+        if self.cache is None:
+            raise InvalidArgumentError("compile_ahead needs a compile cache (Options(serialization_dir=...))")
+        sg = self.model.subgraphs[self.op_range.subgraph]
+        specs = [(tuple(int(d) for d in s), np.dtype(d)) for s, d in (input_specs or [
+            (sg.tensors[t].shape, numpy_dtype(sg.tensors[t].dtype)) for t in self.op_range.inputs])]
+        verdicts: list[str] = []
+        var_specs: dict = {}
+        while True:
+            key = self._cache_entry_key(specs, var_specs)
+            blob = self.cache.load(key)
+            entry, verdict = (pickle.loads(blob), "cached") if blob is not None else (None, "compiled")
+            if entry is None:
+                try:
+                    entry = self._compile(specs, var_specs)
+                except EngineCompileError as e:
+                    entry, verdict = {"error": str(e)}, str(e)
+                self._remember(key, entry)
+            verdicts.append(verdict)
+            made = {k: spec for (kind, k), spec in zip(entry.get("results", ()), entry.get("result_specs", ()))
+                    if kind == "variable"}
+            if "error" in entry or not made or var_specs:
+                return "; then with its variables: ".join(verdicts)
+            var_specs = made
+
     def _remember(self, key: str | None, entry: dict) -> None:
         if key is not None:
             self.cache.store(key, pickle.dumps(entry), {"engine": "iree", "source": self.model.source,
@@ -705,6 +739,11 @@ class IreeExecutable(Executable):
 
     def _compile_mlir(self, mlir: str) -> bytes:
         """The ``.vmfb``, for the device's target or, where IREE fails on that one, its conservative one."""
+        try:
+            _compiler()
+        except ImportError:
+            raise EngineCompileError(f"{self.where_text}: iree-base-compiler is not installed, and the compile cache "
+                                     "has no .vmfb for it (pip install \"litegpu[vulkan]\")") from None
         failures = []
         for target in self.target.attempts():
             text = mlir if target.attribute is None else with_device_target(mlir, target.attribute)
@@ -715,7 +754,7 @@ class IreeExecutable(Executable):
                 if "did not finish" in str(e):  # a second try would take as long
                     break
                 log.info("IREE failed on %s for %s; trying the next target", self.where_text, target.description[:60])
-        raise EngineCompileError(f"{self.where_text}: IREE could not compile it for {self.session.device.name}: "
+        raise EngineCompileError(f"{self.where_text}: IREE could not compile it for {self.device.name}: "
                                  + " / then: ".join(failures))
 
     @staticmethod
@@ -843,7 +882,8 @@ class IreeEngine(Engine):
         return True
 
     def describe(self) -> str:
-        return f"iree {iree_version()}; {self.device.api}: {self.device.describe()}"
+        return (f"iree-base-runtime {iree_version()} (compiler {iree_version('iree-base-compiler')}); "
+                f"{self.device.api}: {self.device.describe()}")
 
     def unavailable_reason(self) -> str:
         return no_device_reason(self.allow_software)
@@ -864,8 +904,9 @@ class IreeEngine(Engine):
         if any(t.dtype in _COMPLEX_DTYPES for t in tensors):
             return "complex numbers: IREE's GPU code generation has none"
         if exact_integer_kernel(sg, op):
-            return ("TFLite's exact integer kernels: IREE's SPIR-V compiler crashes on or never finishes parts of "
-                    "them (GpuOptions(quantized_execution=\"float\"), the default, runs quantized ops in float)")
+            return ("an exact TFLite integer kernel, which IREE 3.13's SPIR-V compiler crashes on or never "
+                    "finishes in places (IREE's GPU runs quantized models as their float view, the default "
+                    "GpuOptions(quantized_execution=\"float\"); ops kept in integers there stay on the CPU)")
         for index in called_subgraphs(op):
             if index in seen:
                 continue
@@ -881,7 +922,7 @@ class IreeEngine(Engine):
         """The device state over ``host_state`` (one per model: its weights uploaded once)."""
         key = id(host_state)
         if key not in self._states:
-            self._states[key] = IreeState(session_for(self.device), host_state)
+            self._states[key] = IreeState(self.device, host_state)
         return self._states[key]
 
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
@@ -894,7 +935,7 @@ class IreeEngine(Engine):
             host_state = XlaState(model, device_for("cpu"), XlaBackend.storage_dtype(settings.precision))
         return IreeExecutable(model, op_range, settings, self.state(host_state), compile_target(self.device),
                               cache if cache is not None else self.cache,
-                              cache_key if cache_key is not None else self.cache_key)
+                              cache_key if cache_key is not None else self.cache_key, device=self.device)
 
     def reset_variables(self) -> None:
         """Resource variables back to their initial values (``CompiledModel.reset_all_variables``)."""
