@@ -16,14 +16,14 @@ the way it goes to XLA:
   process down) for the device present: IREE's own description of the GPU where IREE knows it
   (``named_vulkan_target``), else one written from the device's Vulkan properties (``vulkan_target_attribute``:
   its number types, subgroup size and limits).  IREE's generic Vulkan profile is not used: it has neither
-  float64 (IREE silently computes it in float32, which breaks the exact integer kernels) nor 8-bit storage (it
-  refuses boolean outputs).  The ``.vmfb`` is kept in the compile cache, keyed by the model, partition, shapes,
-  precision, device description and IREE version.
+  float64 (IREE silently computes it in float32) nor 8-bit storage (it refuses boolean outputs).  The ``.vmfb``
+  is kept in the compile cache, keyed by the model, partition, shapes, precision, target and IREE's runtime
+  version (so a machine with the runtime alone runs what was compiled elsewhere: ``compile_ahead``).
 - **Run**: weights are uploaded once per model and stay on the device (``IreeState``), shared by its partitions
   and signatures; resource variables stay there between runs.  Functions are compiled with IREE's
   ``async-external`` model: a call returns at once with output buffers and a fence, so a run's outputs
-  (``IreeArray``) are litegpu Events' arrays (``block_until_ready``), and feed the next run on the device (its
-  wait fence) without a host copy.  Reading back copies into host memory imported into the device, allocated
+  (``IreeArray``) are litegpu Events' arrays (``block_until_ready``), and feed the next run on the device
+  without a host copy; calls are ordered on the device as on a CUDA stream (``IreeSession``).  Reading back copies into host memory imported into the device, allocated
   page-aligned: IREE's own ``to_host`` imports numpy's unaligned memory, which Vulkan drivers that require
   aligned imports (Mesa's lavapipe: 4096 bytes) refuse; drivers that cannot import at all get a mapped staging
   buffer.
@@ -262,6 +262,9 @@ def compile_target(device: IreeDevice) -> CompileTarget:
     """The target for ``device``: Metal; IREE's named Vulkan target; or the device's own description.
     float64 stays float64 (IREE would demote it to float32) where the device has it."""
     common = ("--iree-input-type=stablehlo", "--iree-execution-model=async-external")
+    # Convolutions as im2col + matmul: IREE 3.13 made a 1x1 strided convolution over a dequantized input (a
+    # quantized ResNet's float view) a dispatch that never finished on lavapipe; this form runs (BENCHMARKS.md)
+    common += ("--iree-global-opt-use-im2col-for-convs=true",)
     if device.api == "metal":
         # the Metal shaders are compiled by the Mac's Metal driver at load: no Xcode needed to compile
         return CompileTarget("metal", common + ("--iree-hal-target-device=metal",
@@ -338,6 +341,15 @@ class IreeSession:
     def __del__(self) -> None:
         _release_in_order(self, ("semaphore", "hal_module", "hal_device", "instance"))
 
+    @staticmethod
+    def skip(fence: Any) -> None:
+        """Signal the fence of work that never reached the device (a call refused before it was queued): every
+        later call waits for its value, and would wait forever."""
+        try:
+            fence.signal()
+        except Exception:  # noqa: BLE001  (a lost device: nothing waits any more)
+            pass
+
     def check(self, error: Exception) -> None:
         """A lost device stays lost: the next model opens the device again (``session_for``)."""
         if "DEVICE_LOST" in str(error):
@@ -397,8 +409,12 @@ class IreeSession:
         rt = _runtime()
         with self.lock:
             previous, done, _ = self.next_fence()
-            self.hal_device.queue_copy(source, target, wait_semaphores=rt.HalFence.join([previous, after]),
-                                       signal_semaphores=done)
+            try:
+                self.hal_device.queue_copy(source, target, wait_semaphores=rt.HalFence.join([previous, after]),
+                                           signal_semaphores=done)
+            except Exception:
+                self.skip(done)
+                raise
         done.wait()
 
 
@@ -616,6 +632,7 @@ class IreeExecutable(Executable):
             try:
                 program.context.invoke(program.function, args, results)
             except Exception as e:
+                session.skip(done)
                 session.check(e)
                 raise ModelExecutionError(f"{self.where_text}: IREE could not run it: {e}") from e
         outputs: list[Any] = [None] * len(self.op_range.outputs)
