@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from gpu_support import compiled, expected_platform, on_iree, on_real_gpu, require_accelerator
+from gpu_support import compiled, expected_platform, jax_platform, on_iree, on_real_gpu, require_accelerator
 
 pytestmark = pytest.mark.gpu
 require_accelerator()
@@ -126,7 +126,7 @@ class Jax:
         from litegpu.backends.xla import device_for, jax_module
 
         self.jax = jax_module()
-        self.device = device_for(expected_platform())
+        self.device = device_for(jax_platform())
 
     def make(self, x):
         return self.jax.device_put(x, self.device)

@@ -5,9 +5,12 @@ compiles StableHLO for Vulkan (SPIR-V) and Metal and runs the result from Python
 the way it goes to XLA:
 
 - **Support**: the GPU's op rules (``Target.XLA_GPU``: the same lowering), less what IREE cannot do: complex
-  numbers, and TFLite's exact integer kernels (``quantized_execution="integer"``), whose programs IREE 3.13's
-  SPIR-V compiler crashes on or never finishes (an int8 decoder: over 5 GB and minutes; see BENCHMARKS.md):
-  quantized models run on IREE as their float view, the GPU's default.  A partition IREE still fails to
+  numbers, and TFLite's exact integer kernels (``quantized_execution="integer"``, and what a quantized model's
+  float view keeps in integers), which IREE 3.13 compiles wrongly in places (an int8 MobileNet's residual ADD
+  after its convolutions: up to 229 units off, each op alone exact; see BENCHMARKS.md): quantized models run
+  on IREE as their float view, the GPU's default, and integer-only ops on the CPU.  Programs are traced
+  without the hints litegpu gives XLA's scheduler (``ops.common.without_xla_steering``): IREE never finished
+  compiling the integer division one of them makes.  A partition IREE still fails to
   compile (a compiler crash, or ``COMPILE_TIMEOUT_S``) runs on the CPU, with a warning; the failure is kept in
   the compile cache, so that a later process does not try again.
 - **Compile**: the partition is traced by litegpu's own lowering (``xla.export_program``: ``jax.export``, whose
@@ -51,6 +54,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, EngineCompileError, InvalidArgumentError, ModelExecutionError
 from ..ir import Model, Operator, Subgraph, called_subgraphs, numpy_dtype
 from ..ops import Target
+from ..ops.common import without_xla_steering
 from .engine import Engine, EngineSettings, Executable, op_reasons, integer_arithmetic
 from .graph import OpRange
 from .vulkan import VulkanDevice, vulkan_devices, vulkan_problem
@@ -339,7 +343,11 @@ class IreeSession:
         return previous, rt.HalFence.create_at(self.semaphore, self._value), self._value
 
     def __del__(self) -> None:
-        _release_in_order(self, ("semaphore", "hal_module", "hal_device", "instance"))
+        # the semaphore does not keep its device alive, and one released after its device crashes the process;
+        # Python would release the attributes in the order they were set (no module globals here: at exit they
+        # may be gone)
+        for name in ("semaphore", "hal_module", "hal_device", "instance"):
+            self.__dict__.pop(name, None)
 
     @staticmethod
     def skip(fence: Any) -> None:
@@ -418,14 +426,6 @@ class IreeSession:
         done.wait()
 
 
-def _release_in_order(owner: Any, names: Sequence[str]) -> None:
-    """Drop ``owner``'s IREE objects in this order.  IREE's semaphores (and the fences on them) do not keep
-    their device alive, and a semaphore released after its device crashes the process; Python would release
-    an object's attributes in the order they were set (the device first)."""
-    for name in names:
-        owner.__dict__.pop(name, None)
-
-
 def _aligned_bytes(nbytes: int) -> np.ndarray:
     """A writable byte array whose address and size are multiples of HOST_IMPORT_ALIGNMENT."""
     size = -(-nbytes // HOST_IMPORT_ALIGNMENT) * HOST_IMPORT_ALIGNMENT
@@ -474,7 +474,8 @@ class IreeArray:
         return self.size * self.dtype.itemsize
 
     def __del__(self) -> None:
-        _release_in_order(self, ("fence", "view", "session"))
+        for name in ("fence", "view", "session"):  # the fence before the session that holds its device
+            self.__dict__.pop(name, None)
 
     def devices(self) -> set[IreeDevice]:
         return {self.session.device}
@@ -738,7 +739,8 @@ class IreeExecutable(Executable):
         inputs = [jax.ShapeDtypeStruct(s, d) for s, d in specs]
         start = time.perf_counter()
         try:
-            exported = export_program(self.tracer, params, variables, inputs)
+            with without_xla_steering():  # hints for XLA's scheduler, which IREE does not need (ops.common)
+                exported = export_program(self.tracer, params, variables, inputs)
         except Exception as e:
             raise EngineCompileError(f"{self.where_text}: tracing for IREE failed: {type(e).__name__}: {e}") from e
         labels = ({k: _Label("param", k) for k in params}, {k: _Label("variable", k) for k in variables},
@@ -806,9 +808,19 @@ class IreeExecutable(Executable):
                                           for s, t in zip(input_shapes, self.op_range.inputs)])
 
 
+# Ops that only move or select integer values (their output keeps its input's quantization): no integer
+# arithmetic for IREE to get wrong, even on quantized tensors.
+_DATA_MOVEMENT = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
+                            "TRANSPOSE", "GATHER", "GATHER_ND", "SLICE", "STRIDED_SLICE", "SPLIT", "SPLIT_V", "PACK",
+                            "UNPACK", "TILE", "BROADCAST_TO", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "REVERSE_V2"})
+
+
 def exact_integer_kernel(sg: Subgraph, op: Operator) -> bool:
     """An op computing with TFLite's integer arithmetic; a QUANTIZE or DEQUANTIZE between float and an integer
-    type (the edges of a quantized model's float view) is a scale and a rounding, not one of them."""
+    type (the edges of a quantized model's float view) is a scale and a rounding, and moving values (a
+    variable read or written, a reshape) is no arithmetic."""
+    if op.opcode_name in _DATA_MOVEMENT:
+        return False
     if op.opcode_name in ("QUANTIZE", "DEQUANTIZE"):
         ends = [sg.tensors[t].dtype for t in (*op.inputs[:1], *op.outputs[:1]) if t >= 0]
         if any(d in ("float32", "float16") for d in ends):
@@ -921,9 +933,9 @@ class IreeEngine(Engine):
         if any(t.dtype in _COMPLEX_DTYPES for t in tensors):
             return "complex numbers: IREE's GPU code generation has none"
         if exact_integer_kernel(sg, op):
-            return ("an exact TFLite integer kernel, which IREE 3.13's SPIR-V compiler crashes on or never "
-                    "finishes in places (IREE's GPU runs quantized models as their float view, the default "
-                    "GpuOptions(quantized_execution=\"float\"); ops kept in integers there stay on the CPU)")
+            return ("an exact TFLite integer kernel, which IREE 3.13 compiles wrongly in places (IREE's GPU runs "
+                    "quantized models as their float view, the default GpuOptions(quantized_execution=\"float\"); "
+                    "ops kept in integers there stay on the CPU)")
         for index in called_subgraphs(op):
             if index in seen:
                 continue
