@@ -102,6 +102,8 @@ step_zoo() {
 }
 
 step_iree() {
+    [ -f "$LITEGPU_IREE_CACHE/vulkan_target.txt" ] && \
+        export LITEGPU_IREE_VULKAN_TARGET="$(cat "$LITEGPU_IREE_CACHE/vulkan_target.txt")"
     # what IREE sees (its Vulkan device through NVIDIA's ICD, the target the programs were compiled for), then the
     # zoo: official CPU, litegpu CPU, XLA on CUDA fp32 / fp16, IREE on Vulkan fp32 / fp16, the official GPU
     $PY - <<'EOF'

@@ -31,8 +31,10 @@ if [ "${1:-}" = back ]; then
     exit 0
 fi
 
+exclude=$(git rev-parse --git-path info/exclude)  # (.git is a file in a worktree)
+mkdir -p "$(dirname "$exclude")"
 for p in /.whl/ /.gl/ /.gpu/; do
-    grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >>.git/info/exclude
+    grep -qxF "$p" "$exclude" 2>/dev/null || echo "$p" >>"$exclude"
 done
 if ! ls .whl/ai_edge_litert-*.whl >/dev/null 2>&1; then
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -5,11 +5,14 @@
 A lent GPU machine reaches no registry and gets at most 64 MiB: IREE's runtime wheel (15 MB) fits, its
 compiler (84 MB) does not.  So the programs are compiled here for that GPU's IREE target and kept in a
 litegpu compile cache (``Options(serialization_dir=...)``); there litegpu finds each ``.vmfb`` under the same
-key (model file, partition, shapes, precision, target, IREE runtime version) and only loads it.  The target
-is IREE's named description of the GPU (``backends.iree.named_vulkan_target``: "ampere" for an H100 or an
-H200), so no device is needed here.  Both precisions the GPU tests and the zoo use (fp32, fp16) are compiled,
-for the declared input shapes, and for stateful models also the program that takes the variables back.
-Prints what was compiled, what IREE refused, and the cache's size.
+key (model file, partition, shapes, precision, target, IREE runtime version) and only loads it.  The target is
+a device description (``backends.iree.vulkan_target_attribute``) of what every NVIDIA GPU's Vulkan driver
+offers (subgroups of 32, 48 KiB of workgroup memory, float64 / float16 / int8 arithmetic), written to
+``CACHE/vulkan_target.txt``: the GPU machine compiles for it (``LITEGPU_IREE_VULKAN_TARGET``, set from that
+file by ``bench/gpu_checks.sh iree``), so no device is needed here.  (IREE's named "ampere" target, with
+matrix cores, never finished compiling the float16 selfie segmentation model.)  Both precisions the GPU tests
+and the zoo use (fp32, fp16) are compiled, for the declared input shapes, and for stateful models also the
+program that takes the variables back.  Prints what was compiled, what IREE refused, and the cache's size.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 
 def remote_gpu(name: str, vendor_id: int, float64: bool):
-    """The device litegpu will see there, as far as the compile target depends on it (its name and vendor pick
-    IREE's named target; float64 keeps float64 programs exact)."""
+    """The device litegpu will see there, as far as the compile target depends on it: limits no NVIDIA GPU's
+    Vulkan driver falls short of; float64 keeps float64 programs exact."""
     from litegpu.backends.iree import IreeDevice
     from litegpu.backends.vulkan import VulkanDevice
 
@@ -77,8 +80,11 @@ def main() -> int:
 
     device = remote_gpu(args.gpu, args.vendor, not args.no_float64)
     iree.iree_devices = lambda allow_software=False: [device]  # the engine plans and compiles for that GPU
-    print(f"target: {iree.compile_target(device).description} {' '.join(iree.compile_target(device).flags)}")
+    target = iree.compile_target(device)
+    print(f"target: {target.description} {' '.join(target.flags)}")
     args.cache.mkdir(parents=True, exist_ok=True)
+    if target.attribute is not None:  # the GPU machine compiles for exactly this target, so the keys match
+        (args.cache / "vulkan_target.txt").write_text(target.attribute + "\n")
     for path in args.models:
         for precision in args.precisions:
             for line in precompile(path, precision, args.cache, device):

@@ -61,8 +61,9 @@ from .vulkan import VulkanDevice, vulkan_devices, vulkan_problem
 
 log = logging.getLogger(__name__)
 
-# Environment variable: the Vulkan target to compile for, overriding the choice (an IREE target name such as
-# "ampere", "rdna3", "valhall4", or "device" for the description read from the device itself).
+# Environment variable: the Vulkan target to compile for (``compile_target``): "device" (the default: the
+# description read from the device), "named" (IREE's own where it knows the GPU), an IREE target name such as
+# "ampere", "rdna3", "valhall4", or a whole ``#hal.device.target<...>`` attribute.
 TARGET_ENV = "LITEGPU_IREE_VULKAN_TARGET"
 # iree-compile gets this long per partition (LITEGPU_IREE_COMPILE_TIMEOUT seconds overrides): IREE 3.13 never
 # finishes some programs (see the module doc), and the partition then runs on the CPU.
@@ -189,7 +190,8 @@ def no_device_reason(allow_software: bool = False) -> str:
 
 def named_vulkan_target(device: VulkanDevice) -> str | None:
     """IREE's own description of this GPU (``--iree-vulkan-target``) where IREE knows its architecture: tuned
-    configurations and matrix cores.  None for the others (Intel, Imagination, software devices...)."""
+    configurations and matrix cores (used when ``TARGET_ENV`` is "named").  None for the others (Intel,
+    Imagination, software devices...)."""
     name = device.name.lower()
     if device.vendor == "NVIDIA":
         for words, target in ((("rtx 40", "rtx 30", "rtx a", "a100", "a10", "a30", "a40", "h100", "h200", "h20",
@@ -263,8 +265,12 @@ class CompileTarget:
 
 
 def compile_target(device: IreeDevice) -> CompileTarget:
-    """The target for ``device``: Metal; IREE's named Vulkan target; or the device's own description.
-    float64 stays float64 (IREE would demote it to float32) where the device has it."""
+    """The target for ``device``: Metal, or for Vulkan what ``TARGET_ENV`` chooses: by default ("device") the
+    description read from the device itself; "named" IREE's own description where it knows the GPU (tuned,
+    matrix cores: but IREE 3.13 never finished compiling a float16 MediaPipe model for "ampere"); an IREE target
+    name; or a ``#hal.device.target<...>`` attribute (``bench/iree_precompile.py`` writes the one it compiled
+    for, so that the GPU machine looks its programs up under the same key).  float64 stays float64 (IREE would
+    demote it to float32) where the device has it."""
     common = ("--iree-input-type=stablehlo", "--iree-execution-model=async-external")
     # Convolutions as im2col + matmul: IREE 3.13 made a 1x1 strided convolution over a dequantized input (a
     # quantized ResNet's float view) a dispatch that never finished on lavapipe; this form runs (BENCHMARKS.md)
@@ -276,9 +282,13 @@ def compile_target(device: IreeDevice) -> CompileTarget:
     vk = device.vulkan
     assert vk is not None
     f64 = ("--iree-input-demote-f64-to-f32=false",) if device.float64 else ()
-    chosen = os.environ.get(TARGET_ENV, "").strip() or named_vulkan_target(vk) or "device"
+    chosen = os.environ.get(TARGET_ENV, "").strip() or "device"
+    if chosen == "named":
+        chosen = named_vulkan_target(vk) or "device"
     plain = vulkan_target_attribute(vk, subgroup_ops=False)
     conservative = CompileTarget(f"vulkan:{plain}", common + f64, plain)
+    if chosen.startswith("#hal.device.target<"):
+        return CompileTarget(f"vulkan:{chosen}", common + f64, chosen, conservative)
     if chosen != "device":
         return CompileTarget(f"vulkan:{chosen}", common + f64 + ("--iree-hal-target-device=vulkan",
                                                                   f"--iree-vulkan-target={chosen}"), None, conservative)
