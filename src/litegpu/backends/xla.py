@@ -56,18 +56,25 @@ INT_PARAM_MIN_BYTES = 64 << 10
 # int8 -> float32 quadruples) are folded only when all of them fit in FOLD_GROWTH_BUDGET_BYTES: in a
 # bigger model (a multi-GB float16 LLM) they stay in the program, converted where used, and host
 # memory holds the weights once, in their stored dtype.  Mobile float16 models (a few MB to tens of
-# MB) fold entirely.  (Converting in every run costs time: see BENCHMARKS.md, issue 9.)  On a GPU the
-# results live in device memory, not the host's: there growing folds are made whenever they all fit in
-# FOLD_GROWTH_DEVICE_SHARE of the device's free memory.  On the H200 a decoder with 1.07 GB of float16
-# weights converted in every step ran 2.86 ms per token, one with 1.13 GB of float32 weights 1.43 ms: about
-# 1.9 against 0.4 ms beyond the ~1 ms that every step cost apart from its weights (BENCHMARKS.md, "GPU").
+# MB) fold entirely.  (Converting in every run costs time on a CPU: see BENCHMARKS.md, issue 9.)  On a
+# GPU the weights stay as the file holds them, whatever their size (FOLD_GROWTH_DEVICE_SHARE of the device's
+# free memory is the budget there, 0 by default): a GPU converts a float16, int8 or int4 weight inside the
+# kernel that reads it (XLA fuses the conversion into the matrix product: ``bench/gpu_compile.py``), so a
+# wider copy would only cost memory and, for a memory-bound decode step, time.  (Folding float16 to float32
+# on the H200 was 1.77 against 2.27 ms per token while the conversion was not fused, BENCHMARKS.md "GPU".)
 FOLD_BUDGET_BYTES = 512 << 20
 FOLD_GROWTH_BUDGET_BYTES = 64 << 20
-FOLD_GROWTH_DEVICE_SHARE = 0.25
+FOLD_GROWTH_DEVICE_SHARE = 0.0
 # Options of every XLA CPU compile.  XLA's newer fusion emitters needed twice the compile memory of its
 # classic ones and kept executables 25 to 35 % bigger (decoder layers of width 4096: 85 against 175 MiB
 # to compile a 2-layer decode step, 42 against 56 MiB kept), and did not run faster here (see BENCHMARKS.md).
 CPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+# Options of every XLA GPU compile.  XLA GPU merges matrix products that share an operand (q, k and v of one
+# input) into one product over the concatenated weights, which copies the weights every call and, with
+# weights converted from int8 or float16, materializes them as float32 (a 2-layer int8 decoder's prefill:
+# 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu_compile.py); without it each product fuses the
+# conversion of its own weight.
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_dot_merger_threshold_mb": 0}
 # Runs of programs that allocate at least this much (XLA's temporaries and outputs) first give the C heap's
 # free pages back (``_release_freed_memory``): glibc keeps what earlier runs freed (a 3 GB float16 decoder's
 # heap grew by 0.24 GiB over 4 decode steps, its peak), and trimming costs far less than such a run.
@@ -128,14 +135,18 @@ def _has_data(t: Tensor) -> bool:
     return t.raw is not None and t.raw.size > 0
 
 
-def _is_param(t: Tensor, quantized_params: bool) -> bool:
+def _is_param(t: Tensor, quantized_params: bool, on_accelerator: bool = False) -> bool:
     if not _has_data(t) or t.sparsity is not None and t.dtype not in FLOAT_DTYPES:
         return False
     if t.dtype in FLOAT_DTYPES:
         return t.num_elements > PARAM_MIN_ELEMENTS
-    # Only quantized weights: other integer constants (shapes, axes, index tables) stay static.
-    return (quantized_params and t.dtype in INTEGER_DTYPES and _is_quantized(t)
-            and t.raw.nbytes >= INT_PARAM_MIN_BYTES)
+    # Only quantized weights: other integer constants (shapes, axes, index tables) stay static.  On an
+    # accelerator every quantized weight is a parameter, as small as a float one: there XLA would fold the
+    # conversion of an in-program constant into a float32 constant (4x an int8 weight, 8x an int4 one,
+    # compiled into the program), and the program converts parameters inside the kernels that read them.
+    if not (quantized_params and t.dtype in INTEGER_DTYPES and _is_quantized(t)):
+        return False
+    return t.num_elements > PARAM_MIN_ELEMENTS if on_accelerator else t.raw.nbytes >= INT_PARAM_MIN_BYTES
 
 
 def _quantized_weight_bytes(model: Model) -> int:
@@ -152,12 +163,36 @@ def _is_quantized(t: Tensor) -> bool:
     return t.dtype in SUB_BYTE_BITS or q is not None and (q.is_affine or q.details is not None)
 
 
-def _param_array(t: Tensor) -> np.ndarray:
-    """What the device holds for a weight: its values, or for int4 / int2 the packed bytes
-    (unpacked in the program, see ``_unpack_sub_byte``), so the memory map is not copied."""
+# Sub-byte weights an accelerator holds in XLA's own 4-bit types (two to a byte on the device, converted inside
+# the kernels that read them): packed bytes unpacked by shifts in the program are fused into a matrix-vector
+# product but not into a matrix product's kernel, which then reads an int8 copy (``bench/gpu_compile.py``:
+# a decoder's prefill).
+NATIVE_SUB_BYTE = {"int4": "int4", "uint4": "uint4"}
+
+
+def _param_array(t: Tensor, native_sub_byte: bool = False) -> np.ndarray:
+    """What the device holds for a weight: its values, or for int4 / int2 the packed bytes (unpacked in the
+    program, see ``_unpack_sub_byte``), so the memory map is not copied; with ``native_sub_byte`` int4 / uint4 as
+    ``ml_dtypes`` values (one byte each on the host, transiently; packed by the device)."""
     if t.dtype in SUB_BYTE_BITS:
+        if native_sub_byte and t.dtype in NATIVE_SUB_BYTE:
+            import ml_dtypes
+
+            return t.data.astype(getattr(ml_dtypes, NATIVE_SUB_BYTE[t.dtype])).reshape(t.shape)
         return np.ascontiguousarray(t.raw.reshape(-1).view(np.uint8))
     return np.ascontiguousarray(t.data)
+
+
+def _param_shape_dtype(t: Tensor, storage: np.dtype, native_sub_byte: bool) -> tuple[tuple[int, ...], Any]:
+    """(shape, dtype) of what ``_param_array`` gives (after the storage conversion), without reading the data."""
+    if t.dtype in SUB_BYTE_BITS:
+        if native_sub_byte and t.dtype in NATIVE_SUB_BYTE:
+            import ml_dtypes
+
+            return tuple(t.shape), np.dtype(getattr(ml_dtypes, NATIVE_SUB_BYTE[t.dtype]))
+        return (t.raw.size,), np.dtype(np.uint8)
+    dtype = np.dtype(numpy_dtype(t.dtype))
+    return tuple(t.shape), storage if t.dtype == "float32" and storage != np.float32 else dtype
 
 
 def _placed_weight(jax: Any, source: np.ndarray, value: np.ndarray, device: Any) -> Any:
@@ -315,7 +350,10 @@ class _XlaRunner(_PolicyRunner):
         runtime = [values[i] for i in op.inputs if i >= 0 and i in values and not self._is_weight(sg, values, i)
                    and not isinstance(values[i], np.ndarray)]
         saved = self._zero, self._tie_all, self._memo
-        self._zero = _zero_after(runtime)
+        # XLA GPU fuses a weight's conversion into the kernel that reads it, where a tie (an add on the
+        # weight) would stop that fusion and copy the weight every call (``bench/gpu_compile.py``): the
+        # ties are for XLA CPU, which would convert every weight at the program's start.
+        self._zero = None if self.target is Target.XLA_GPU else _zero_after(runtime)
         self._tie_all, self._memo = False, {}
         try:
             super()._run_op(sg, op_index, values)
@@ -361,7 +399,8 @@ class _XlaRunner(_PolicyRunner):
         if self._tie_all or converts:
             param = tie_to(self._xp, self._lax, param, self._zero)
         if t.dtype in SUB_BYTE_BITS:
-            param = _unpack_sub_byte(self._xp, param, t)
+            param = _unpack_sub_byte(self._xp, param, t) if param.dtype == np.uint8 else \
+                param.astype(self._xp.int8 if t.dtype == "int4" else self._xp.uint8)
         if t.dtype == "float32" and self.compute != self.storage and param.dtype == self.storage:
             param = param.astype(self.compute)
         return param
@@ -393,7 +432,7 @@ class XlaState:
     """Device-resident weights and resource variables of one model on one device."""
 
     def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32),
-                 devices: Sequence[Any] | None = None):
+                 devices: Sequence[Any] | None = None, platform: str | None = None):
         # With several devices the big matrix weights are split over them (see backends.sharding).
         self.mesh = None
         self.placements: dict[str, Any] = {}  # params key -> sharding.Placement (several devices only)
@@ -405,6 +444,9 @@ class XlaState:
             self._axes = weight_axes(model, len(devices))
             device = devices[0]
         self.device = device
+        # The GPU's rules for weights (as the file holds them, converted where used) follow the platform asked
+        # for, also where the CPU stands in for a GPU (tests): ``platform`` names it, else the device's.
+        self.on_accelerator = (platform or getattr(device, "platform", "cpu")) != "cpu"
         self.storage = np.dtype(storage)
         self.param_key: dict[tuple[int, int], str] = {}  # (subgraph, tensor) -> params key
         self.folded: dict[tuple[int, int], str] = {}      # (subgraph, tensor) -> params key of a folded op output
@@ -425,24 +467,51 @@ class XlaState:
         jax = jax_module()
         params: dict[str, Any] = {}
         # split over several devices, quantized weights must be parameters too: constants are in every copy
-        quantized_params = self.mesh is not None or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
+        on_accelerator = self.on_accelerator
+        # 4-bit types where the device packs them (a GPU; XLA CPU holds them a byte each, and the AOT-compiled
+        # program then asks for another layout than ``device_put`` gives: the CPU standing in keeps them packed)
+        native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
+        quantized_params = (self.mesh is not None or on_accelerator
+                            or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES)
         for sg in model.subgraphs:
             for t in sg.tensors:
-                if not _is_param(t, quantized_params):
+                if not _is_param(t, quantized_params, on_accelerator):
                     continue
                 shared = t.buffer > 0 and t.sparsity is None
                 key = f"buffer {t.buffer} {t.dtype}{list(t.shape)}" if shared else f"{sg.index}:{t.index}"
                 self.param_key[(sg.index, t.index)] = key
                 if key not in params:
-                    source = _param_array(t)
-                    value = source
-                    if t.dtype == "float32" and self.storage != np.float32:
-                        value = value.astype(self.storage)
+                    if self.deviceless:  # compiled for, never run: the weight's shape and stored dtype only
+                        params[key] = self._spec(*_param_shape_dtype(t, self.storage, native_sub_byte))
+                        continue
+                    source = _param_array(t, native_sub_byte=native_sub_byte)
+                    converts = t.dtype == "float32" and self.storage != np.float32
+                    value = source.astype(self.storage) if converts else source
                     if self.mesh is None:
                         params[key] = _placed_weight(jax, source, value, self.device)
                     else:
                         params[key] = self._sharded(key, sg, t, value)
         return params
+
+    @property
+    def deviceless(self) -> bool:
+        """True for a GPU described to the compiler but absent (``backends.deviceless``): programs are compiled
+        for it and never run, so weights are shapes (``jax.ShapeDtypeStruct``), not device arrays."""
+        return bool(getattr(self.device, "deviceless", False))
+
+    @property
+    def sharding(self) -> Any:
+        """Where every argument and result of a one-device program lives."""
+        if self.deviceless:
+            return self.device.sharding
+        return jax_module().sharding.SingleDeviceSharding(self.device)
+
+    def _spec(self, shape: Sequence[int], dtype: Any) -> Any:
+        return jax_module().ShapeDtypeStruct(tuple(shape), np.dtype(dtype), sharding=self.device.sharding)
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights as this state holds them (on the device, or as shapes for a deviceless target)."""
+        return sum(array_bytes(v) for v in self.params.values())
 
     def _sharded(self, key: str, sg: Subgraph, t: Tensor, value: np.ndarray) -> Any:
         """``value`` over the mesh: split along its tensor's output axis, or a copy on each device."""
@@ -457,13 +526,13 @@ class XlaState:
         from .sharding import Placement, PlacementReport
 
         devices = 1 if self.mesh is None else len(self.mesh.devices.flat)
-        weights = [self.placements.get(key) or Placement(key, tuple(np.shape(v)), str(v.dtype), int(v.nbytes), None,
+        weights = [self.placements.get(key) or Placement(key, tuple(np.shape(v)), str(v.dtype), array_bytes(v), None,
                                                          "one device" if devices == 1 else "folded at load")
                    for key, v in self.params.items()]
         measured: dict[Any, int] = {}
         for v in self.params.values():
             for shard in getattr(v, "addressable_shards", ()):
-                measured[shard.device] = measured.get(shard.device, 0) + int(shard.data.nbytes)
+                measured[shard.device] = measured.get(shard.device, 0) + array_bytes(shard.data)
         order = list(self.mesh.devices.flat) if self.mesh is not None else [self.device]
         return PlacementReport(devices, weights, [measured.get(d, 0) for d in order])
 
@@ -479,7 +548,7 @@ class XlaState:
         # Growing folds are all or nothing: in a model past the budget they would buy a few percent
         # of speed for as many percent of memory.
         growth = _growth_to_fold(model)
-        on_accelerator = self.mesh is None and _is_accelerator(self.device)
+        on_accelerator = self.mesh is None and self.on_accelerator
         budget = {False: FOLD_BUDGET_BYTES, True: self._growth_budget(growth, on_accelerator)}
         for sg in model.subgraphs:
             known: dict[int, Any] = {}
@@ -496,6 +565,13 @@ class XlaState:
                         self._take_folded(sg, t, key, fold_keys, known)
                     continue
                 if spent[grows] + size > budget[grows]:
+                    continue
+                if self.deviceless:  # the same choice, without computing what would be folded
+                    spent[grows] += size
+                    for t, key in zip(outs, keys):
+                        converts = t.dtype == "float32" and self.storage != np.float32
+                        self.params[key] = self._spec(t.shape, self.storage if converts else numpy_dtype(t.dtype))
+                        self._take_folded(sg, t, key, fold_keys, known)
                     continue
                 try:
                     runner._run_op(sg, op.index, known)
@@ -517,15 +593,14 @@ class XlaState:
         limit = FOLD_GROWTH_BUDGET_BYTES
         if on_accelerator:
             free = device_available_bytes(self.device)
-            if free is not None:
-                limit = max(limit, int(free[0] * FOLD_GROWTH_DEVICE_SHARE))
+            limit = int(free[0] * FOLD_GROWTH_DEVICE_SHARE) if free is not None else 0
         return limit if growth <= limit else -1
 
     def _take_folded(self, sg: Subgraph, t: Tensor, key: str, fold_keys: dict[int, str], known: dict) -> None:
         self.folded[(sg.index, t.index)] = key
         fold_keys[t.index] = key
         if t.index not in known:  # later folds in this subgraph may read it
-            known[t.index] = np.asarray(self.params[key])
+            known[t.index] = self.params[key] if self.deviceless else np.asarray(self.params[key])
 
     def _fold_key(self, sg: Subgraph, op: Operator, out: Tensor, fold_keys: dict[int, str]) -> str:
         """Names an op's folded output by what it is computed from: the op, its options, its inputs'
@@ -557,10 +632,6 @@ class XlaState:
             del self.params[key]
             self.placements.pop(key, None)
         self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
-
-
-def _is_accelerator(device: Any) -> bool:
-    return getattr(device, "platform", "cpu") != "cpu"
 
 
 def _foldable_outputs(sg: Subgraph, op: Operator, known: Any) -> list[Tensor]:
@@ -601,6 +672,15 @@ def _tensor_bytes(t: Tensor) -> int:
     if t.dtype in SUB_BYTE_BITS:
         return (t.num_elements * SUB_BYTE_BITS[t.dtype] + 7) // 8
     return t.num_elements * np.dtype(numpy_dtype(t.dtype)).itemsize
+
+
+def array_bytes(value: Any) -> int:
+    """Bytes of an array, a device array or a ``jax.ShapeDtypeStruct`` (4-bit types: two elements a byte, as
+    devices hold them)."""
+    count = int(np.prod(np.shape(value), dtype=np.int64))
+    if np.dtype(value.dtype).name in NATIVE_SUB_BYTE.values():
+        return (count + 1) // 2
+    return count * np.dtype(value.dtype).itemsize
 
 
 def _release_freed_memory() -> None:
@@ -652,7 +732,7 @@ class XlaBackend:
         # inputs are committed device arrays (the previous run's outputs: a KV cache) where the first
         # run's were host arrays (measured: a 3 GB decoder compiled its prefill twice, 13 s each).
         if self.state.mesh is None:
-            on_device = self.jax.sharding.SingleDeviceSharding(self.device)
+            on_device = self.state.sharding
             self._jit_options: dict[str, Any] = {"in_shardings": on_device, "out_shardings": on_device}
         else:  # weights split over several devices: XLA propagates their shardings through the program
             from .sharding import cache_axes
@@ -675,7 +755,7 @@ class XlaBackend:
         if len(sg.operators) <= 2 * PART_OPS or any(
                 op.opcode_name in STATEFUL_OPS or called_subgraphs(op) for op in sg.operators):
             return []
-        if sum(int(getattr(v, "nbytes", 0)) for v in self.state.params.values()) < SPLIT_MODEL_BYTES:
+        if self.state.weight_bytes() < SPLIT_MODEL_BYTES:
             return []
         from ..ir import execution_order
 
@@ -755,6 +835,11 @@ class XlaBackend:
     @functools.cached_property
     def _consuming_program(self) -> Any:
         return self.jax.jit(self._trace_consuming, donate_argnums=(3,), **self._jit_options)
+
+    def trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
+        """The subgraph (or partition) as a function of JAX values: (outputs, variables), for programs that
+        contain it (``xla_generate``'s decode loop).  The inputs are in the subgraph's order."""
+        return self._trace(params, variables, inputs)
 
     def _trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
         sg = self.subgraph
@@ -908,7 +993,43 @@ class XlaBackend:
                 lowered = self._consuming_program.lower(self.params, self.variables, *_split_donated(args, consumed))
         else:
             lowered = self._program.lower(self.params, self.variables, args)
-        options = CPU_COMPILER_OPTIONS if self.platform == "cpu" and CPU_COMPILER_OPTIONS else None
+        return self._compile_lowered(lowered)
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """XLA options for the device this program is compiled for (a GPU's, the host's)."""
+        return dict(GPU_COMPILER_OPTIONS if getattr(self.device, "platform", "cpu") == "gpu" else
+                    CPU_COMPILER_OPTIONS if self.platform == "cpu" else {})
+
+    def compile_program(self, jitted: Any, args: Sequence[Any], what: dict) -> Any:
+        """``jitted`` (a ``jax.jit`` of a function of this backend's ``params`` and ``args``, placed with
+        ``state.sharding``) compiled with this backend's options: through the compile cache when there is one,
+        ``what`` telling it apart from the subgraph's own programs (``xla_generate``'s decode loop).  The result
+        is called as ``compiled(params, *args)``."""
+        from ..compile.cache import make_key
+
+        key = None
+        if self.cache is not None:
+            key = make_key({**self.cache_key, "program": what, "subgraph": self.subgraph_index,
+                            "platform": self.platform, "device_kind": getattr(self.device, "device_kind", self.platform),
+                            "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
+                            "inputs": [(tuple(np.shape(a)), str(a.dtype)) for a in self.jax.tree_util.tree_leaves(args)],
+                            "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
+                            "compiler_options": sorted(self.compiler_options.items())})
+            executable = self._executables.get(key) or self._load_executable(key)
+            if executable is not None:
+                self._executables[key] = executable
+                return executable
+        _release_freed_memory()
+        executable = self._compile_lowered(jitted.lower(self.params, *args))
+        _release_freed_memory()
+        if key is not None:
+            self._store_executable(key, executable, self.jax.tree_util.tree_leaves(args))
+            self._executables[key] = executable
+        return executable
+
+    def _compile_lowered(self, lowered: Any) -> Any:
+        options = self.compiler_options
         if options:
             try:
                 return lowered.compile(compiler_options=options)
@@ -930,7 +1051,7 @@ class XlaBackend:
                          "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
                          "inputs": layout(args), "variables": variables,
                          "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
-                         "compiler_options": sorted(CPU_COMPILER_OPTIONS.items()) if self.platform == "cpu" else [],
+                         "compiler_options": sorted(self.compiler_options.items()),
                          **({"ops": list(self.op_range.op_indices)} if self.op_range is not None else {}),
                          **({"consumed": list(consumed)} if consumed else {})})
 
@@ -972,6 +1093,17 @@ class XlaBackend:
         self.cache.store(key, pickle.dumps((payload, in_tree, out_tree)),
                          {"model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
                           "platform": self.platform, "inputs": [tuple(a.shape) for a in args]})
+
+    def lower(self, args: Sequence[Any]) -> Any:
+        """The whole subgraph's (or partition's) program for these arguments (arrays, or ``jax.ShapeDtypeStruct``
+        placed with ``state.sharding``) lowered, not compiled: ``.compile()`` compiles it, for a deviceless target
+        (``backends.deviceless``) the only thing such a program can do.  ``parts`` are lowered separately."""
+        return self._program.lower(self.params, self.variables, list(args))
+
+    @property
+    def parts(self) -> list["XlaBackend"]:
+        """The backends of the parts a big subgraph is compiled in (``PART_OPS``), [] when it is compiled whole."""
+        return list(self._parts)
 
     def output_shapes(self, input_shapes: Sequence[tuple[tuple[int, ...], Any]]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """Output (shape, dtype) for inputs of these (shape, dtype), by tracing only (no compile, no run)."""

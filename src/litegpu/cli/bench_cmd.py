@@ -442,7 +442,7 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     precision = model.options.precision
     storage = XlaBackend.storage_dtype(precision)
     compute = {"fp32": np.float32, "fp16": np.float16, "fp16_fp32_accum": np.float32}[precision]
-    state = XlaState(ir, device, storage)
+    state = XlaState(ir, device, storage, platform=platform_name)
 
     def constant(sg_index: int, t: Any) -> Any:
         value = state.params.get(f"{sg_index}:{t.index}")

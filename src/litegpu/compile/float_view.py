@@ -142,6 +142,17 @@ def _new_operator(name: str) -> Operator:
                     options_type=table, builtin_code=builtin_codes()[name])
 
 
+# Quantized weights of at least this many elements stay quantized in the float view: a DEQUANTIZE op reads
+# them, which the XLA backend traces into the op that consumes its result (``backends.xla``: converted where
+# used), so the device holds them as the file does (int8, int4) and converts them inside the kernels that read
+# them.  Smaller ones are dequantized once into float32 constants (the program folds them anyway).
+KEPT_QUANTIZED_MIN_ELEMENTS = 256
+
+
+def _kept_quantized(t: Tensor) -> bool:
+    return t.num_elements > KEPT_QUANTIZED_MIN_ELEMENTS and t.sparsity is None
+
+
 def _params(t: Tensor) -> tuple:
     q = t.quantization
     return t.dtype, tuple(q.scale), tuple(q.zero_point or (0,)), q.quantized_dimension
@@ -229,7 +240,7 @@ class _SubgraphRewrite:
         if index in self.floats:
             return self.floats[index]
         t = self.sg.tensors[index]
-        if t.is_constant:
+        if t.is_constant and not _kept_quantized(t):
             result = self._new_tensor(t, "dequantized", lambda: dequantize_constant(t), _dequantized_source(t))
         else:
             result = self._new_tensor(t, "dequantized")

@@ -34,7 +34,7 @@ from ..errors import ModelExecutionError
 from . import _quantized as q
 from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero,
                      stored_weight, tie_to, unpack_sub_byte)
-from .registry import Op, OpContext, register
+from .registry import Op, OpContext, Target, register
 
 
 # what the official kernel's Prepare accepts (the hybrid kernel takes any activation)
@@ -119,8 +119,10 @@ class FullyConnected(Op):
         if ctx.input(1).dtype != "float32":
             return _hybrid_fc_dispatch(jnp, ctx, x.reshape(rows, w.shape[1]), w, bias, out_shape)
         x = x.reshape(rows, w.shape[1])
-        # Weights computed in the program (DEQUANTIZE of float16 ones) are converted slice by slice.
-        spans = [(0, w.shape[0])] if ctx.constant(1) is not None else _unit_spans(w, 4)
+        # Weights computed in the program (DEQUANTIZE of float16 ones) are converted slice by slice on the CPU;
+        # a GPU converts them inside the product's kernel, whole.
+        whole = ctx.constant(1) is not None or ctx.target is Target.XLA_GPU
+        spans = [(0, w.shape[0])] if whole else _unit_spans(w, 4)
         y = _chained_products(jnp, lax, spans, lambda start, stop, after: lax.dot_general(
             x, tie_to(jnp, lax, w[start:stop], after), (((1,), (1,)), ((), ())), precision=lax.Precision.HIGHEST))
         return self._finish(ctx, jnp, y, bias, out_shape)
@@ -476,7 +478,26 @@ def _block_scales(ctx: OpContext, units: int, depth: int) -> tuple[int, Any]:
 def _blockwise_fc(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
     if xp is np:
         return _blockwise_fc_exact(ctx, x, w, bias)
+    if ctx.target is Target.XLA_GPU:
+        return _blockwise_fc_partial_sums(xp, ctx, x, w, bias)
     return _blockwise_fc_dequantized(xp, ctx, x, w, bias)
+
+
+def _blockwise_fc_partial_sums(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
+    """XLA GPU: the quantized rows times the int4 weights block by block (one batched product over the blocks,
+    whose partial sums are exact in float32), then the partial sums times the block scales, summed.  The
+    scales stay off the weights, so XLA converts the weights inside the product's kernel and never holds them
+    wider than packed (scales on the weights materialized a float32 copy: ``bench/gpu_compile.py``)."""
+    units, depth = w.shape
+    block, scales = _block_scales(ctx, units, depth)
+    blocks = depth // block
+    quantized, row_scale, row_zp = q.quantize_rows(xp, x, True)
+    centred = (quantized - row_zp).astype(xp.float32).reshape(-1, blocks, block)
+    lax = ctx.lax
+    partial = lax.dot_general(centred, xp.asarray(w).reshape(units, blocks, block).astype(xp.float32),
+                              (((2,), (2,)), ((1,), (1,))), precision=lax.Precision.HIGHEST)  # [blocks, rows, units]
+    y = xp.sum(partial * xp.asarray(scales).astype(xp.float32).T[:, None, :], axis=0) * row_scale
+    return y if bias is None else y + bias
 
 
 def _blockwise_fc_exact(ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:

@@ -482,7 +482,8 @@ class CompiledModel:
         model = self._xla_model
         if self._state is None:
             self._state = XlaState(model, self._environment.device(self._platform),
-                                   XlaBackend.storage_dtype(precision), devices=self._devices)
+                                   XlaBackend.storage_dtype(precision), devices=self._devices,
+                                   platform=self._platform)
         return XlaBackend(model, subgraph, self._platform, precision=precision, state=self._state,
                           cache=self._cache, cache_key=self._cache_key)
 

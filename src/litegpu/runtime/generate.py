@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.xla_generate import DEFAULT_CHUNK
 from ..errors import InvalidArgumentError, SignatureError
 from .tensor_buffer import TensorBuffer, _is_device_array
 
@@ -92,6 +93,33 @@ class _Loop:
         if any(set(n) != set(names[0]) for n in names):
             raise SignatureError(f"the signatures carry different state: {names}")
         return names[0]
+
+    def device_loop(self, chunk: int, sampling: Any, stops: set[int], seed: int | None) -> Any:
+        """A ``backends.xla_generate.DecodeLoop`` for the decode signature where one XLA program runs all of it (a
+        whole-model GPU or XLA CPU plan, no resource variables, weights on one device); None elsewhere."""
+        from ..backends.xla import XlaBackend
+
+        signature = self.model._signature(self.decode)
+        backend = self.model._backend(signature)
+        if (not isinstance(backend, XlaBackend) or backend.op_range is not None or backend.variables
+                or backend.state.mesh is not None):
+            return None
+        from ..backends.xla_generate import DecodeLoop, StepLayout
+
+        layout = StepLayout.of(backend.model, self.decode, self.tokens_name, self.position_name, self.logits_name,
+                               self.mask_name, self.cache_names, self.max_len)
+        return DecodeLoop(backend, layout, chunk, sampling, tuple(stops), seed)
+
+    def cache_arrays(self, device: Any) -> list[Any]:
+        """The KV cache as device arrays, in ``cache_names`` order (host zeros before any run are placed there)."""
+        from ..backends.xla import jax_module
+
+        values = [self.caches[n]._data() for n in self.cache_names]
+        return [v if _is_device_array(v) else jax_module().device_put(np.asarray(v), device) for v in values]
+
+    def keep_caches(self, arrays: Sequence[Any]) -> None:
+        for name, value in zip(self.cache_names, arrays):
+            self.caches[name]._set_result(value)
 
     @property
     def max_len(self) -> int | None:
@@ -228,34 +256,41 @@ def generate(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, t
              top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
              pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
              tokens_input: str = "tokens", position_input: str = "input_pos",
-             logits_output: str = "logits") -> list[int]:
+             logits_output: str = "logits", chunk_tokens: int = DEFAULT_CHUNK) -> list[int]:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_tokens``; returns the new tokens.
 
     ``temperature`` 0 is greedy (argmax, ties to the lowest id); above 0 samples from
-    softmax(logits / temperature), restricted to the ``top_k`` largest when given, with a numpy
-    generator seeded by ``seed``.  Generation stops early after a token in ``stop_tokens``
-    (included in the result).  ``model`` is a litegpu ``CompiledModel``.  See ``generate_stream``
-    for the conventions understood (litert-torch's included).
+    softmax(logits / temperature), restricted to the ``top_k`` largest when given, reproducibly for a
+    ``seed``.  Generation stops early after a token in ``stop_tokens`` (included in the result).
+    ``model`` is a litegpu ``CompiledModel``.  ``chunk_tokens``: decode steps per launch where the decode
+    signature runs as one XLA program (0: one launch per token).  See ``generate_stream`` for the
+    conventions understood (litert-torch's included).
     """
     return list(generate_stream(model, prompt_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
                                 seed=seed, stop_tokens=stop_tokens, pad_token=pad_token,
                                 prefill_signature=prefill_signature, decode_signature=decode_signature,
                                 tokens_input=tokens_input, position_input=position_input,
-                                logits_output=logits_output))
+                                logits_output=logits_output, chunk_tokens=chunk_tokens))
 
 
 def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, temperature: float = 0.0,
                     top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
                     pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
                     tokens_input: str = "tokens", position_input: str = "input_pos",
-                    logits_output: str = "logits") -> Iterator[int]:
-    """``generate`` as an iterator: each new token as soon as it is picked.
+                    logits_output: str = "logits", chunk_tokens: int = DEFAULT_CHUNK) -> Iterator[int]:
+    """``generate`` as an iterator: the new tokens as they come.
 
     Conventions, read from the signatures: one ``prefill`` signature, or several ``prefill_<T>`` ones (as
     litert-torch writes them: the smallest that takes the rest of the prompt, longer prompts in chunks);
     ``input_pos`` one position or one per token; prefill with logits, or without (litert-torch's default:
     the prompt but its last token is prefilled, and the last token is decoded, as LiteRT-LM does).  The KV
     cache stays on the device between steps.
+
+    Where the decode signature runs as one XLA program (a model fully on the GPU, or on XLA CPU), tokens are
+    generated on the device ``chunk_tokens`` at a time in one launch (``backends.xla_generate``): picked there,
+    fed back there, one array of tokens read per chunk, the next chunk already dispatched; the stream yields
+    them chunk by chunk.  Greedy tokens equal the token-by-token loop's.  Sampled tokens come from JAX's random
+    numbers there (the same for a seed whatever the chunk size) and from a numpy generator elsewhere.
     """
     prompt = [int(t) for t in np.asarray(list(prompt_tokens)).reshape(-1)]
     if not prompt:
@@ -279,7 +314,20 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
 
     if max_new_tokens == 0:
         return
+    if chunk_tokens < 0:
+        raise InvalidArgumentError(f"chunk_tokens cannot be negative, got {chunk_tokens}")
     last = _prefill(loop, prompt, pad_token)
+    device = None
+    if chunk_tokens and max_new_tokens > 1:
+        from ..backends.xla_generate import Sampling
+
+        device = loop.device_loop(chunk_tokens, Sampling(float(temperature), top_k), stops, seed)
+    if device is not None:
+        first = pick(last)
+        yield first
+        if first not in stops:
+            yield from _device_decode(loop, device, first, len(prompt), max_new_tokens - 1)
+        return
     if temperature == 0:
         first = pick(last)
         yield first
@@ -318,6 +366,39 @@ def _greedy_decode(loop: _Loop, token: int, position: int, count: int, stops: se
         if token in stops or produced == count:
             return
         pending = ahead if ahead is not None else loop.greedy_step(token, position + produced)
+
+
+def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: int) -> Iterator[int]:
+    """The ``count`` tokens after ``token`` (fed at ``position``), generated on the device a chunk at a time: each
+    chunk is dispatched before the previous one's tokens are read, so the device never waits for the host."""
+    from ..backends.xla_generate import MASKED
+    from .event import _wait_for
+
+    chunk = device.chunk
+    caches = loop.cache_arrays(device.backend.state.device)
+    pending = device.run(caches, token, position, 0, min(chunk, count))
+    latest = pending
+    done = 0
+    try:
+        while True:
+            tokens, caches, last, stopped = pending
+            ahead = None
+            if done + chunk < count:
+                ahead = device.run(caches, last, position + done + chunk, done + chunk,
+                                   min(chunk, count - done - chunk), stopped)
+                latest = ahead
+            _wait_for(tokens)
+            for value in np.asarray(tokens).tolist():
+                if value == MASKED:
+                    return
+                yield value
+                if value in device.stop_tokens:
+                    return
+            if ahead is None:
+                return
+            pending, done = ahead, done + chunk
+    finally:
+        loop.keep_caches(latest[1])
 
 
 def _prefill(loop: _Loop, prompt: list[int], pad_token: int) -> np.ndarray:

@@ -144,7 +144,7 @@ class PartitionedModel:
 
             device = (self._device or device_for)(platform)
             self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
-                                              devices=self._devices.get(platform))
+                                              devices=self._devices.get(platform), platform=platform)
         return self._states[platform]
 
     @property
