@@ -92,11 +92,33 @@ step_bench() {
     done
 }
 
+step_llm() {
+    # Issue 25: decode of ~3 GB decoders (width 4096: float16 7 layers, int8 15, int4 30) with litegpu as it is
+    # (weights as stored, a chunk of tokens per launch) and, on the same files, the litegpu of OLD_SRC (a copy of
+    # src/ from before the change: `git archive <commit> src | tar -x -C .old`), new first.  The JSON goes straight
+    # to $OUT, so that what finished comes back even if the device time runs out during a later model.
+    local b="bench/bench_gpu.py decode --accelerator $ACCELERATOR --repeats 3 --width ${DECODE_WIDTH:-4096}"
+    local keep=/tmp/litegpu-llm small=""
+    [ "$ACCELERATOR" = cpu ] && small="--vocab 1000 --max-len 64 --prefill-len 8 --steps 17 --bandwidth-gb 0.02"
+    mkdir -p $keep
+    for w in ${LLM_WEIGHTS:-float16 int8 int4}; do
+        PYTHONPATH=$PWD/src:$PYTHONPATH timeout "${LLM_STEP_LIMIT:-100}" $PY $b --gigabytes "${LLM_GB:-3}" \
+            --weights "$w" --keep $keep $small --json "$OUT/llm_new_$w.json"
+    done
+    if [ -d "${OLD_SRC:-.old/src}" ]; then
+        for w in ${LLM_OLD_WEIGHTS:-float16 int8}; do
+            PYTHONPATH=$PWD/${OLD_SRC:-.old/src}:$PYTHONPATH timeout "${LLM_STEP_LIMIT:-100}" $PY $b \
+                --gigabytes "${LLM_GB:-3}" --weights "$w" --keep $keep $small --json "$OUT/llm_old_$w.json"
+        done
+    fi
+    rm -rf $keep
+}
+
 step_zoo() {
     $PY bench/zoo.py run --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo.json"
 }
 
-declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330)
+declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [llm]=520)
 setup
 for step in "${@:-env tests zoo bench}"; do
     for s in $step; do

@@ -17,7 +17,7 @@ position, the causal mask (litert-torch's ``mask_as_input``) and the caches, and
 
 from __future__ import annotations
 
-import functools
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,15 +71,27 @@ class Sampling:
         return self.temperature == 0
 
 
-def _pick(jnp: Any, jax: Any, logits: Any, sampling: Sampling, key: Any) -> Any:
+def _pick(jnp: Any, jax: Any, logits: Any, sampling: Sampling, key: Any, temperature: Any = None) -> Any:
+    """The next token from logits [..., vocab] (their last position).  ``temperature``: a traced value standing
+    for ``sampling.temperature`` (one program serves every temperature)."""
     last = logits.reshape(-1, logits.shape[-1])[-1]
     if sampling.greedy:
         return jnp.argmax(last).astype(jnp.int32)
-    scaled = last.astype(jnp.float32) / jnp.float32(sampling.temperature)
+    temperature = jnp.float32(sampling.temperature) if temperature is None else temperature
+    scaled = last.astype(jnp.float32) / temperature
     if sampling.top_k is not None and 0 < sampling.top_k < scaled.shape[0]:
         cutoff = jax.lax.top_k(scaled, sampling.top_k)[0][-1]
         scaled = jnp.where(scaled >= cutoff, scaled, -jnp.inf)
     return jax.random.categorical(key, scaled).astype(jnp.int32)
+
+
+# backend -> {program key: compiled program}: a generate call makes a DecodeLoop, the programs outlive it
+_PROGRAMS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _stop_slots(count: int) -> int:
+    """Stop tokens are an input padded to a power of two, so that a few programs serve every list of them."""
+    return 1 << max(0, (max(count, 1) - 1).bit_length())
 
 
 class DecodeLoop:
@@ -89,7 +101,9 @@ class DecodeLoop:
     arrays, in ``layout.caches`` order) are consumed; it returns (tokens [chunk] int32, the new caches, the last
     token, whether a stop token came) as device arrays, which feed the next chunk directly.  ``step`` counts the
     tokens sampled before (it keys the random numbers, so a seed gives the same tokens whatever the chunk size),
-    ``valid`` how many of this chunk's tokens are wanted."""
+    ``valid`` how many of this chunk's tokens are wanted.  The seed, the temperature and the stop tokens are inputs
+    of the program, so one compiled program serves every call with the same chunk, top-k and number of stop slots
+    (kept per backend, and in the compile cache when the model has one)."""
 
     def __init__(self, backend: Any, layout: StepLayout, chunk: int = DEFAULT_CHUNK,
                  sampling: Sampling = Sampling(), stop_tokens: tuple[int, ...] = (), seed: int | None = None):
@@ -98,16 +112,16 @@ class DecodeLoop:
         self.backend, self.layout, self.chunk = backend, layout, int(chunk)
         self.sampling, self.stop_tokens = sampling, tuple(sorted({int(t) for t in stop_tokens}))
         self.seed = 0 if seed is None else int(seed)
-        self._compiled: Any = None
+        # what the compiled program depends on; greedy programs ignore the temperature
+        self._shape = Sampling(0.0 if sampling.greedy else 1.0, None if sampling.greedy else sampling.top_k)
 
     # ---- the program ----------------------------------------------------------------------------
     def _steps(self, params: Any, caches: list, token: Any, position: Any, step: Any, valid: Any,
-               stopped: Any) -> tuple:
+               stopped: Any, seed: Any, temperature: Any, stops: Any) -> tuple:
         jax = self.backend.jax
         jnp = jax.numpy
         layout = self.layout
-        key = jax.random.key(self.seed)
-        stops = jnp.asarray(self.stop_tokens or (MASKED,), jnp.int32)
+        key = jax.random.key(seed)
         limit = (layout.max_len - 1) if layout.max_len else None
 
         def body(i: Any, carry: tuple) -> tuple:
@@ -116,7 +130,7 @@ class DecodeLoop:
             if limit is not None:  # steps past the tokens wanted may run past the cache: keep indices in range
                 pos = jnp.minimum(pos, limit)
             inputs: list[Any] = [None] * len(layout.input_specs)
-            for (shape, dtype), k in zip(layout.input_specs, range(len(layout.input_specs))):
+            for k, (shape, dtype) in enumerate(layout.input_specs):
                 if k == layout.token:
                     inputs[k] = jnp.full(shape, token, dtype)
                 elif k == layout.position:
@@ -129,7 +143,8 @@ class DecodeLoop:
                 inputs[at] = cache
             outputs, _ = self.backend.trace(params, {}, inputs)
             new_caches = [outputs[o].astype(c.dtype) for (_, o), c in zip(layout.caches, caches)]
-            picked = _pick(jnp, jax, outputs[layout.logits], self.sampling, jax.random.fold_in(key, step + i))
+            picked = _pick(jnp, jax, outputs[layout.logits], self._shape, jax.random.fold_in(key, step + i),
+                           temperature)
             shown = jnp.where(stopped | (i >= valid), MASKED, picked)
             stopped = stopped | jnp.any(picked == stops)
             return new_caches, picked, stopped, out.at[i].set(shown)
@@ -141,35 +156,39 @@ class DecodeLoop:
     def _specs(self) -> list[Any]:
         jax = self.backend.jax
         sharding = self.backend.state.sharding
-        scalar = lambda dtype: jax.ShapeDtypeStruct((), np.dtype(dtype), sharding=sharding)  # noqa: E731
-        caches = [jax.ShapeDtypeStruct(self.layout.input_specs[i][0], np.dtype(self.layout.input_specs[i][1]),
-                                       sharding=sharding) for i, _ in self.layout.caches]
-        return [caches, scalar(np.int32), scalar(np.int32), scalar(np.int32), scalar(np.int32), scalar(np.bool_)]
+        spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, np.dtype(dtype), sharding=sharding)  # noqa: E731
+        caches = [spec(self.layout.input_specs[i][0], self.layout.input_specs[i][1]) for i, _ in self.layout.caches]
+        return [caches, spec((), np.int32), spec((), np.int32), spec((), np.int32), spec((), np.int32),
+                spec((), np.bool_), spec((), np.int32), spec((), np.float32),
+                spec((_stop_slots(len(self.stop_tokens)),), np.int32)]
 
     def lowered(self) -> Any:
         """The program lowered for the layout's shapes (``bench/gpu_compile.py`` compiles it for a GPU not here)."""
-        return self._jitted.lower(self.backend.params, *self._specs())
+        return self._jitted().lower(self.backend.params, *self._specs())
 
-    @functools.cached_property
     def _jitted(self) -> Any:
         sharding = self.backend.state.sharding
         return self.backend.jax.jit(self._steps, donate_argnums=(1,), in_shardings=sharding, out_shardings=sharding)
 
     def _program(self) -> Any:
-        if self._compiled is None:
-            what = {"decode_loop": self.chunk, "sampling": repr(self.sampling), "stops": list(self.stop_tokens),
-                    "seed": self.seed, "layout": repr(self.layout)}
-            self._compiled = self.backend.compile_program(self._jitted, self._specs(), what)
-        return self._compiled
+        what = (self.chunk, self._shape, _stop_slots(len(self.stop_tokens)), self.layout)
+        programs = _PROGRAMS.setdefault(self.backend, {})
+        if what not in programs:
+            programs[what] = self.backend.compile_program(
+                self._jitted(), self._specs(), {"decode_loop": self.chunk, "sampling": repr(self._shape),
+                                                "stop_slots": what[2], "layout": repr(self.layout)})
+        return programs[what]
 
     def run(self, caches: list, token: Any, position: int, step: int, valid: int, stopped: Any = False) -> tuple:
         jax = self.backend.jax
         device = self.backend.state.device
         put = lambda v, dtype: v if hasattr(v, "block_until_ready") else jax.device_put(np.asarray(v, dtype), device)  # noqa: E731
+        stops = np.full(_stop_slots(len(self.stop_tokens)), MASKED, np.int32)
+        stops[:len(self.stop_tokens)] = self.stop_tokens
         args = [list(caches), put(token, np.int32), put(position, np.int32), put(step, np.int32),
-                put(valid, np.int32), put(stopped, np.bool_)]
-        program = self._program()
-        return program(self.backend.params, *args)
+                put(valid, np.int32), put(stopped, np.bool_), put(self.seed % (1 << 31), np.int32),
+                put(self.sampling.temperature or 1.0, np.float32), put(stops, np.int32)]
+        return self._program()(self.backend.params, *args)
 
 
 def deviceless_generation_programs(model: Model, state: Any, precision: str = "fp32",
