@@ -383,7 +383,10 @@ def cmd_decode(args: argparse.Namespace) -> dict:
         model = compiled(path, args.accelerator, precision=args.precision)
         load_s = time.perf_counter() - start
         prompt = [(7 * i + 3) % (config.vocab - 1) + 1 for i in range(config.prefill_len)]
-        steps = min(args.steps, config.max_len - len(prompt))
+        # as many tokens as the cache holds by default: the prefill's time, which the difference below removes,
+        # varies by tens of ms between calls, too much against 64 decode steps of about a millisecond each
+        room = config.max_len - len(prompt) + 1
+        steps = min(args.steps, room) if args.steps else room
         start = time.perf_counter()
         first = litegpu.generate(model, prompt, 2)  # compiles prefill and decode
         compile_s = time.perf_counter() - start
@@ -399,6 +402,11 @@ def cmd_decode(args: argparse.Namespace) -> dict:
         tokens = generate(steps)
         if tokens[:2] != first:  # reported, not fatal: the timing still stands
             print(f"WARNING: greedy decoding is not deterministic: {tokens[:2]} then {first}", flush=True)
+        # the chunked loop must give every token, and the token-by-token loop's tokens
+        reference = litegpu.generate(model, prompt, steps, chunk_tokens=0) if chunked else tokens
+        if len(tokens) != steps or tokens != reference:
+            print(f"WARNING: generate gave {len(tokens)} of {steps} tokens; equal to the token-by-token loop's: "
+                  f"{tokens == reference}", flush=True)
         per_token_s = (statistics.median(many) - statistics.median(one)) / (steps - 1)
         host_per_token_s = None
         if args.host_pick:
@@ -420,7 +428,8 @@ def cmd_decode(args: argparse.Namespace) -> dict:
             "fold_growth_device_share": xla.FOLD_GROWTH_DEVICE_SHARE,
             "bound_tokens_per_s": bound, "fraction_of_bound": (1 / per_token_s) / bound,
             "bound_tokens_per_s_device_bytes": bandwidth["bandwidth_Bps"] / on_device if on_device else None,
-            "tokens": tokens[:16], "deterministic": tokens[:2] == first}
+            "tokens": tokens[:16], "deterministic": tokens[:2] == first, "generated": len(tokens),
+            "equal_to_token_by_token": tokens == reference}
     finally:
         if not args.keep:
             path.unlink(missing_ok=True)
@@ -476,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--prefill-len", type=int, default=16)
-    p.add_argument("--steps", type=int, default=65, help="tokens generated per timed call (65: 4 chunks of 16 "
-                   "decode steps after the prefill's token)")
+    p.add_argument("--steps", type=int, default=0, help="tokens generated per timed call (default: as many as "
+                   "the cache holds)")
     p.add_argument("--chunk", type=int, help="generate(chunk_tokens=...): decode steps per launch (0: one per token)")
     p.add_argument("--host-pick", action="store_true", help="also time the loop of before 2026-11-25 (tokens "
                    "picked on the host)")

@@ -85,9 +85,9 @@ step_bench() {
     $b boundaries $a --json "$JSON/boundaries.json"
     for w in ${DECODE_WEIGHTS:-float16 float32 int8 int4}; do
         $b decode $a --gigabytes "${DECODE_GB:-1}" --weights "$w" --repeats 2 $small --json "$JSON/decode_$w.json"
-        if [ "$w" = float16 ]; then  # A/B: float16 weights converted in every step, as before 2026-11-25
-            $b decode $a --gigabytes "${DECODE_GB:-1}" --weights float16 --fold-share 0 --repeats 2 $small \
-                --json "$JSON/decode_float16_unfolded.json"
+        if [ "$w" = float16 ]; then  # A/B: one launch per token (generate's loop before 2026-11-26)
+            $b decode $a --gigabytes "${DECODE_GB:-1}" --weights float16 --chunk 0 --repeats 2 $small \
+                --json "$JSON/decode_float16_token_by_token.json"
         fi
     done
 }
