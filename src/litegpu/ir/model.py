@@ -204,6 +204,9 @@ class Model:
     version: int = 3
     # Where the model came from, for messages; not part of equality.
     source: str = field(default="<memory>", compare=False)
+    # The format it was read from ("tflite" or "circle"), which a writer keeps unless told otherwise;
+    # not part of equality: a model means the same in either.
+    file_format: str = field(default="tflite", compare=False)
 
     @property
     def main(self) -> Subgraph:

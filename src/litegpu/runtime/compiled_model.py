@@ -453,7 +453,8 @@ class CompiledModel:
             return {}
         from ..backends.engine import fast_cpu_engines
 
-        file = self._ir.source if os.path.isfile(self._ir.source) else None
+        # The engines read TFLite files only: a .circle model is handed to them rewritten as TFLite.
+        file = self._ir.source if self._ir.file_format == "tflite" and os.path.isfile(self._ir.source) else None
         found = fast_cpu_engines(self._engine_settings(), file, self._cache, self._cache_key,
                                  whole_file=self._xla_ir is self._ir)
         allowed = self._options.cpu_options.engines
