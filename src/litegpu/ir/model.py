@@ -212,6 +212,14 @@ class Model:
     def main(self) -> Subgraph:
         return self.subgraphs[0]
 
+    @property
+    def tflite_file(self) -> str | None:
+        """The .tflite file the model was read from, for engines that read the file itself (the official
+        interpreter, OpenVINO); None for models in memory and for circle files, which they cannot read."""
+        import os
+
+        return self.source if self.file_format == "tflite" and os.path.isfile(self.source) else None
+
     def metadata_bytes(self, name: str) -> bytes | None:
         for m in self.metadata:
             if m.name == name and 0 <= m.buffer < len(self.buffers):
