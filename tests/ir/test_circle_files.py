@@ -219,3 +219,16 @@ def test_writer_follows_the_file_name_then_the_model(tmp_path):
     assert read_model(tmp_path / "c.tflite").file_format == "tflite"
     write_model(plain.build(), tmp_path / "d.bin", file_format="circle")
     assert read_model(tmp_path / "d.bin").file_format == "circle"
+
+
+def test_conversion_writes_the_target_formats_schema_version():
+    """The official interpreter refuses TFLite files whose version is not 3; circle files hold 0."""
+    model = read_model(circle_bytes(rms_norm_model().build()))
+    assert model.version == 0
+    plain = ModelBuilder()
+    x = plain.input("x", (2,))
+    y = plain.tensor("y", (2,))
+    plain.op("RELU", [x], [y])
+    plain.output(y)
+    as_circle = read_model(to_bytes(plain.build(), CIRCLE))
+    assert as_circle.version == 0 and decode_model(to_bytes(as_circle)).root["version"] == 3

@@ -32,14 +32,17 @@ class FileFormat:
     identifier: bytes
     suffix: str
     load: Callable[[], Schema]
+    # Model.version in files of this format: the official interpreter refuses TFLite files without 3;
+    # circle files (tico's, ONE's tflite2circle's) hold 0.
+    schema_version: int
 
     @property
     def schema(self) -> Schema:
         return self.load()
 
 
-TFLITE = FileFormat("tflite", FILE_IDENTIFIER, ".tflite", load_schema)
-CIRCLE = FileFormat("circle", CIRCLE_FILE_IDENTIFIER, ".circle", load_circle_schema)
+TFLITE = FileFormat("tflite", FILE_IDENTIFIER, ".tflite", load_schema, 3)
+CIRCLE = FileFormat("circle", CIRCLE_FILE_IDENTIFIER, ".circle", load_circle_schema, 0)
 FORMATS = {f.name: f for f in (TFLITE, CIRCLE)}
 
 

@@ -201,7 +201,8 @@ class Model:
     signatures: tuple[Signature, ...] = ()
     metadata: tuple[Metadata, ...] = ()
     description: str = ""
-    version: int = 3
+    # The schema version the file holds (TFLite 3, circle 0): the format's business, not part of equality.
+    version: int = field(default=3, compare=False)
     # Where the model came from, for messages; not part of equality.
     source: str = field(default="<memory>", compare=False)
     # The format it was read from ("tflite" or "circle"), which a writer keeps unless told otherwise;

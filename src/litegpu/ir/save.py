@@ -153,8 +153,10 @@ def model_to_tables(model: Model, buffer_tables: list[dict], fmt: FileFormat = T
         subgraphs.append({"tensors": [_tensor(t, sg.index, schema, fmt) for t in sg.tensors],
                           "inputs": np.asarray(sg.inputs, np.int32), "outputs": np.asarray(sg.outputs, np.int32),
                           "operators": ops, "name": sg.name or None})
+    # A model converted to another format takes that format's schema version.
+    version = model.version if fmt.name == model.file_format else fmt.schema_version
     return {
-        "version": model.version, "operator_codes": opcodes, "subgraphs": subgraphs,
+        "version": version, "operator_codes": opcodes, "subgraphs": subgraphs,
         "description": model.description or None, "buffers": buffer_tables,
         "metadata": [{"name": m.name, "buffer": m.buffer} for m in model.metadata] or None,
         "signature_defs": [{
