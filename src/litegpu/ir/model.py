@@ -45,13 +45,19 @@ class Options(Mapping):
         raise AttributeError("Options are read-only")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Mapping) and dict(self) == dict(other)
+        return isinstance(other, Mapping) and _comparable(self) == _comparable(other)
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted((k, repr(v)) for k, v in self._values.items())))
+        return hash(tuple(sorted((k, repr(v)) for k, v in _comparable(self).items())))
 
     def __repr__(self) -> str:
         return f"Options({self._values!r})"
+
+
+def _comparable(values: Mapping) -> dict:
+    """Options as they compare: an absent vector field (None) equals an empty one, as a format that lacks
+    the field reads it (circle has no FullyConnectedOptions.quant_spec) and a writer may store it."""
+    return {k: None if isinstance(v, (tuple, bytes)) and len(v) == 0 else v for k, v in values.items()}
 
 
 @dataclass(frozen=True, eq=False)
