@@ -232,3 +232,37 @@ def test_conversion_writes_the_target_formats_schema_version():
     plain.output(y)
     as_circle = read_model(to_bytes(plain.build(), CIRCLE))
     assert as_circle.version == 0 and decode_model(to_bytes(as_circle)).root["version"] == 3
+
+
+def _ggml_fc_model(raw: np.ndarray):
+    """FULLY_CONNECTED with a [4, 64] GGML_Q4_0 weight: 2 blocks of 18 bytes per row."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 64))
+    w = b.tensor("w", (4, 64), "ggml_q4_0", buffer=b.add_buffer(raw), raw=raw)
+    y = b.tensor("y", (1, 4))
+    b.op("FULLY_CONNECTED", [x, w, -1], [y], quant_spec=None)
+    b.output(y)
+    return b.build()
+
+
+def test_ggml_weights_are_read_written_and_refused_when_run():
+    raw = np.random.default_rng(0).integers(0, 256, 4 * 2 * 18).astype(np.uint8)
+    model = _ggml_fc_model(raw)
+    data = circle_bytes(model)
+    again = read_model(data)
+    assert again == model and again.main.tensors[1].dtype == "ggml_q4_0"
+    assert again.main.tensors[1].data.tobytes() == raw.tobytes()
+    check_with_circle_schema(data)
+    with pytest.raises(FormatConversionError, match="tensor type ggml_q4_0 has no place in a .tflite file"):
+        to_bytes(again)
+    from litegpu.backends import ReferenceBackend
+    from litegpu.errors import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match="ggml_q4_0 weights with float input are not supported"):
+        ReferenceBackend(again).run([np.zeros((1, 64), np.float32)])
+
+
+def test_ggml_weight_of_the_wrong_size_names_the_tensor():
+    data = circle_bytes(_ggml_fc_model(np.zeros(4 * 2 * 18 - 1, np.uint8)))
+    with pytest.raises(ModelFormatError, match=r"tensor 1 \('w'\) of shape \[4, 64\] and type ggml_q4_0 needs 144 bytes"):
+        read_model(data)

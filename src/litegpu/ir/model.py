@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import SUB_BYTE_BITS, numpy_dtype, unpack_sub_byte
+from .dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS, numpy_dtype, unpack_sub_byte
 
 
 class Options(Mapping):
@@ -136,8 +136,8 @@ class Tensor:
             return None
         if self.dtype in SUB_BYTE_BITS:
             return unpack_sub_byte(self.raw, self.dtype, self.num_elements).reshape(self.shape)
-        if self.dtype in ("string", "resource", "variant"):
-            return self.raw
+        if self.dtype in ("string", "resource", "variant") or self.dtype in BLOCK_LAYOUTS:
+            return self.raw  # block-quantized weights: the file's bytes, decoded by the op that reads them
         values = self.raw.view(numpy_dtype(self.dtype))
         # A sparse constant stores only its non-zero values; DENSIFY rebuilds the dense shape.
         return values if self.sparsity is not None else values.reshape(self.shape)
