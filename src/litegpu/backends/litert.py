@@ -113,7 +113,11 @@ class LiteRtEngine(Engine):
         return self._refusals[id(model)]
 
     def _find_refusal(self, model: Model) -> str | None:
+        from ..ir.save import format_refusal
+
         reason = self.settings_refusal(model)
+        if reason is None and (not_tflite := format_refusal(model)) is not None:
+            reason = f"the official interpreter reads TFLite only: {not_tflite}"
         if reason is not None:
             return reason
         try:

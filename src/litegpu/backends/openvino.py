@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
-from ..ir.save import write_model
+from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
 from .engine import Engine, EngineSettings, Executable, integer_arithmetic
 from .graph import OpRange
@@ -183,6 +183,9 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers
     (``CpuOptions(quantized_execution="fast")``) lets integer and hybrid ops go to OpenVINO too."""
     if op.opcode_name in _STATEFUL:
         return "reads or writes state: kept where the model's state lives"
+    tflite_refusal = op_format_refusal(sg, op)
+    if tflite_refusal is not None:
+        return f"OpenVINO reads TFLite only: {tflite_refusal}"
     if any(k == "subgraph" or k.endswith("subgraph_index") for k in op.options):
         return "calls a subgraph"
     tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]

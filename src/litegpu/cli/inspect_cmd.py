@@ -112,6 +112,7 @@ def summarize(path: str) -> dict:
     extended = any(isinstance(b, dict) and int(b.get("offset") or 0) > 1 for b in raw.root.get("buffers") or [])
     return {
         "file": str(path),
+        "format": raw.file_format.name,
         "file_bytes": raw.size,
         "flatbuffer_bytes": raw.flatbuffer_end,
         "constant_bytes": constant_bytes,
@@ -156,7 +157,7 @@ def _tensor_table(title: str, tensors: list[dict]) -> Any:
 def render(info: dict) -> None:
 
     out = console()
-    out.print(f"[bold]{info['file']}[/bold]")
+    out.print(f"[bold]{info['file']}[/bold] ({info['format']})")
     out.print(f"  size {human_bytes(info['file_bytes'])} ({info['file_bytes']} bytes), FlatBuffer "
               f"{info['flatbuffer_bytes']} bytes, constants {human_bytes(info['constant_bytes'])}, "
               f"layout {info['layout']}, schema version {info['schema_version']}")
@@ -211,13 +212,11 @@ def accelerator_flags(spec: str) -> int:
 
 
 def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
-    import os
-
     from ..backends.engine import EngineSettings, fast_cpu_engines
     from ..compile import plan
 
     # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
-    engines = fast_cpu_engines(EngineSettings(), model.source if os.path.isfile(model.source) else None) \
+    engines = fast_cpu_engines(EngineSettings(), model.tflite_file) \
         if cpu_kernels == "fast" else None
     p = plan(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines)
     partitions = [{
@@ -345,8 +344,8 @@ def run(args: Any) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="summarize a .tflite model: tensors, signatures, ops, sizes")
-    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
+    p = sub.add_parser("inspect", help="summarize a .tflite or .circle model: tensors, signatures, ops, sizes")
+    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite or .circle model")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--accelerator", metavar="cpu|gpu|gpu,cpu",
                    help="print the delegation plan instead: partitions, op counts, the ops that fall back to the "

@@ -88,9 +88,10 @@ def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
 
         with open(model.source, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return fingerprint(data)
+    from ..format import file_format
     from ..ir.save import to_bytes
 
-    return fingerprint(to_bytes(model))
+    return fingerprint(to_bytes(model, file_format(model.file_format)))
 
 
 class CompiledModel:
@@ -453,8 +454,7 @@ class CompiledModel:
             return {}
         from ..backends.engine import fast_cpu_engines
 
-        file = self._ir.source if os.path.isfile(self._ir.source) else None
-        found = fast_cpu_engines(self._engine_settings(), file, self._cache, self._cache_key,
+        found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, self._cache_key,
                                  whole_file=self._xla_ir is self._ir)
         allowed = self._options.cpu_options.engines
         return found if allowed is None else {name: e for name, e in found.items() if name in allowed}
