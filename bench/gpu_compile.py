@@ -119,9 +119,12 @@ def weight_list(state: Any, keys: list[tuple[str, Any]]) -> list[tuple[str, int,
     """(name, elements, bits as held) of the weights behind these params keys (int4 held packed: 4 bits)."""
     found = []
     for key, t in keys:
-        held = state.params[key].dtype
-        bits = 4 if t.dtype == "int4" and np.dtype(held) == np.uint8 else np.dtype(held).itemsize * 8
-        found.append((t.name, int(t.num_elements), bits))
+        param = state.params[key]
+        held = np.dtype(param.dtype)
+        packed = t.dtype in ("int4", "uint4") and held == np.uint8  # two elements a byte
+        bits = 4 if packed or held.name in ("int4", "uint4") else held.itemsize * 8
+        elements = int(np.prod(param.shape, dtype=np.int64)) * (2 if packed else 1)  # a stack: every block's
+        found.append((t.name + (" (stacked)" if key.startswith("stack ") else ""), elements, bits))
     return found
 
 
@@ -219,7 +222,8 @@ def _weights_read(state: Any, sg: Any, ops: Any) -> list[tuple[str, Any]]:
             if i < 0:
                 continue
             for index in [i, *_detail_tensors(sg.tensors[i])]:
-                key = state.folded.get((sg.index, index)) or state.param_key.get((sg.index, index))
+                key = (state.folded.get((sg.index, index)) or state.param_key.get((sg.index, index))
+                       or state.stacked_key.get((sg.index, index)))
                 if key is not None and key in state.params:
                     keys.setdefault(key, sg.tensors[index])
     return list(keys.items())

@@ -86,6 +86,10 @@ TRIM_BEFORE_RUN_BYTES = 64 << 20
 # subgraphs without state (variables, calls to other subgraphs), are split.
 SPLIT_MODEL_BYTES = 1 << 30
 PART_OPS = 256
+# A subgraph whose ops hold this many alike blocks in a row (an LLM's layers: ``layer_scan``) is traced with one
+# block inside ``lax.scan`` over the blocks' weights, which the state holds stacked: XLA compiles one layer, so
+# the compile time and the program no longer grow with the depth.  0 turns it off.
+SCAN_MIN_BLOCKS = 3
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS)
 
@@ -316,10 +320,96 @@ class _XlaRunner(_PolicyRunner):
         self._zero: Any = None       # see _zero_after: from the run-time inputs of the op being traced
         self._tie_all = False        # while tracing a deferred op for its consumer
         self._memo: dict[int, Any] = {}
+        self._block_weights: dict[int, Any] = {}  # inside a scanned block: template tensor -> this block's slice
 
     def _param(self, sg: Subgraph, index: int) -> Any:
+        if index in self._block_weights:
+            return self._block_weights[index]
         key = self.state.param_key.get((sg.index, index))
         return None if key is None else self.params.get(key)
+
+    def run_subgraph(self, index: int, inputs: Sequence[Any]) -> list[Any]:
+        region = self.state.regions.get(index)
+        if region is None:
+            return super().run_subgraph(index, inputs)
+        sg = self.model.subgraphs[index]
+        if len(inputs) != len(sg.inputs):
+            raise ModelExecutionError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        values: dict[int, Any] = dict(zip(sg.inputs, inputs))
+        for op_index in region.before:
+            self._run_op(sg, op_index, values)
+        self._scan_blocks(sg, region, values)
+        for op_index in region.after:
+            self._run_op(sg, op_index, values)
+        return [self._value(sg, values, t) for t in sg.outputs]
+
+    def _scan_blocks(self, sg: Subgraph, region: Any, values: dict) -> None:
+        """The repeated blocks as one ``lax.scan``: the first block's ops traced once, each step reading one
+        block's weights (slices of the stacked parameters), carrying the hidden state; what later ops read comes
+        out as the last carry or stacked per block (``layer_scan``).
+
+        Per-block subgraph inputs (a KV cache per layer) are stacked once and carried whole: each step reads its
+        layer's slice, and where an op of the block makes that layer's new value from it (the cache updated by
+        DYNAMIC_UPDATE_SLICE) the value is written back into the carried stack, in place.  (Passed as scanned
+        inputs and outputs instead, every step would copy the whole stack: 2x the caches in temporaries.)"""
+        xp, lax = self._xp, self._lax
+        template = region.blocks[0]
+        made = lambda j, o: sg.operators[template[j]].outputs[o]  # noqa: E731
+        initial = [self._value(sg, values, init) for _, init, _ in region.carried]
+        weights = {t0: self.params[self.state.stacked_key[(sg.index, t0)]] for t0, _ in region.stacked
+                   if (sg.index, t0) in self.state.stacked_key}
+        # per-block subgraph inputs (KV caches) and small float constants that are no parameters (a norm's scale)
+        stacks = {t0: xp.stack([xp.asarray(self._value(sg, values, t)) for t in per_block])
+                  for t0, per_block in region.stacked if t0 not in weights}
+        updated = self._updated_in_place(sg, region, stacks)  # collected slot -> the stack it updates
+        scanned_out = [(made_by, per_block) for made_by, per_block in region.collected if made_by not in updated]
+
+        def body(carry: tuple, block_weights: dict) -> tuple:
+            index, state, stacked = carry
+            local = dict(values)  # what the blocks share: made before the run, the subgraph's inputs
+            local.update((t0, c) for (t0, _, _), c in zip(region.carried, state))
+            local.update((t0, lax.dynamic_index_in_dim(stack, index, keepdims=False)) for t0, stack in stacked.items())
+            saved, self._block_weights = self._block_weights, dict(block_weights)
+            try:
+                for op_index in template:
+                    self._run_op(sg, op_index, local)
+            finally:
+                self._block_weights = saved
+            nxt = [self._value(sg, local, made(j, o)).astype(c.dtype)
+                   for (_, _, (j, o)), c in zip(region.carried, state)]
+            stacked = dict(stacked)
+            for made_by, t0 in updated.items():
+                new = self._value(sg, local, made(*made_by)).astype(stacked[t0].dtype)
+                stacked[t0] = lax.dynamic_update_index_in_dim(stacked[t0], new, index, 0)
+            return (index + 1, nxt, stacked), [self._value(sg, local, made(j, o)) for (j, o), _ in scanned_out]
+
+        (_, carry, stacks), collected = lax.scan(body, (xp.int32(0), initial, stacks), weights,
+                                                 length=region.count)
+        for (_, per_block), stacked in zip(scanned_out, collected):
+            for k, t in enumerate(per_block):
+                values[t] = stacked[k]
+        for made_by, t0 in updated.items():
+            per_block = dict(region.collected)[made_by]
+            for k, t in enumerate(per_block):
+                values[t] = stacks[t0][k]
+        by_maker = {made_by: c for (_, _, made_by), c in zip(region.carried, carry)}
+        for made_by, t in region.last:
+            values[t] = by_maker[made_by]
+
+    def _updated_in_place(self, sg: Subgraph, region: Any, stacks: dict) -> dict:
+        """Collected slots that are a new value of a stacked per-block input: made by an op of the block whose
+        first input is that input, of the same shape and type (a cache and DYNAMIC_UPDATE_SLICE)."""
+        template = region.blocks[0]
+        found = {}
+        for made_by, _ in region.collected:
+            op = sg.operators[template[made_by[0]]]
+            source = op.inputs[0] if op.inputs else -1
+            out = sg.tensors[op.outputs[made_by[1]]]
+            if source in stacks and source not in found.values():
+                t = sg.tensors[source]
+                if tuple(t.shape) == tuple(out.shape) and t.dtype == out.dtype:
+                    found[made_by] = source
+        return found
 
     def _is_weight(self, sg: Subgraph, values: dict, index: int) -> bool:
         value = values.get(index)
@@ -450,8 +540,11 @@ class XlaState:
         self.storage = np.dtype(storage)
         self.param_key: dict[tuple[int, int], str] = {}  # (subgraph, tensor) -> params key
         self.folded: dict[tuple[int, int], str] = {}      # (subgraph, tensor) -> params key of a folded op output
+        self.stacked_key: dict[tuple[int, int], str] = {}  # (subgraph, template tensor) -> params key of a stack
+        self.regions = self._repeated_blocks(model)        # subgraph -> layer_scan.RepeatedBlocks
         try:  # weights that do not fit on the device (or in the host, where they are copied) fail here
             self.params = self._device_params(model)
+            self._stack_block_weights(model)
             self._fold_constant_ops(model)
             self._drop_unread_params(model)
         except Exception as e:
@@ -471,11 +564,10 @@ class XlaState:
         # 4-bit types where the device packs them (a GPU; XLA CPU holds them a byte each, and the AOT-compiled
         # program then asks for another layout than ``device_put`` gives: the CPU standing in keeps them packed)
         native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
-        quantized_params = (self.mesh is not None or on_accelerator
-                            or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES)
+        quantized_params = self._quantized_params(model)
         for sg in model.subgraphs:
             for t in sg.tensors:
-                if not _is_param(t, quantized_params, on_accelerator):
+                if not _is_param(t, quantized_params, on_accelerator) or self._in_stack(sg, t):
                     continue
                 shared = t.buffer > 0 and t.sparsity is None
                 key = f"buffer {t.buffer} {t.dtype}{list(t.shape)}" if shared else f"{sg.index}:{t.index}"
@@ -492,6 +584,57 @@ class XlaState:
                     else:
                         params[key] = self._sharded(key, sg, t, value)
         return params
+
+    def _quantized_params(self, model: Model) -> bool:
+        return self.mesh is not None or self.on_accelerator or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
+
+    def _repeated_blocks(self, model: Model) -> dict[int, Any]:
+        """The subgraphs traced with one block in a loop (``SCAN_MIN_BLOCKS``); not with weights split over
+        devices (their placement is per weight)."""
+        if self.mesh is not None or SCAN_MIN_BLOCKS <= 0:
+            return {}
+        from .layer_scan import find_blocks
+
+        quantized = self._quantized_params(model)
+        found = {}
+        for sg in model.subgraphs:
+            blocks = find_blocks(sg, model.source, min_blocks=SCAN_MIN_BLOCKS,
+                                 is_weight=lambda t: _is_param(t, quantized, self.on_accelerator))
+            if blocks is not None:
+                found[sg.index] = blocks
+        return found
+
+    def _in_stack(self, sg: Subgraph, t: Tensor) -> bool:
+        region = self.regions.get(sg.index)
+        return region is not None and t.index in region.stacked_tensors()
+
+    def _stack_block_weights(self, model: Model) -> None:
+        """One parameter per stacked slot of each repeated-blocks region: the blocks' weights along a new first
+        axis, as the ``lax.scan`` over the blocks reads them (a slot of two subgraphs with the same buffers, the
+        ``prefill`` and ``decode`` of one decoder, shares its stack)."""
+        jax = jax_module()
+        native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
+        for index, region in self.regions.items():
+            sg = model.subgraphs[index]
+            for t0, per_block in region.stacked:
+                tensors = [sg.tensors[t] for t in per_block]
+                if not _has_data(tensors[0]):
+                    continue  # a subgraph input per block (a KV cache): stacked in the program
+                key = f"stack {tensors[0].dtype}{list(tensors[0].shape)} buffers " + ",".join(
+                    str(t.buffer) if t.buffer > 0 else f"{index}:{t.index}" for t in tensors)
+                self.stacked_key[(index, t0)] = key
+                if key in self.params:
+                    continue
+                shape, dtype = _param_shape_dtype(tensors[0], self.storage, native_sub_byte)
+                if self.deviceless:
+                    self.params[key] = self._spec((len(tensors), *shape), dtype)
+                    continue
+                stack = np.empty((len(tensors), *shape), dtype)
+                for k, t in enumerate(tensors):  # one weight at a time: the host holds the stack once
+                    stack[k] = _param_array(t, native_sub_byte=native_sub_byte).astype(dtype, copy=False)
+                    release_file_pages(t.raw)
+                self.params[key] = jax.device_put(stack, self.device)
+                del stack
 
     @property
     def deviceless(self) -> bool:
@@ -547,14 +690,15 @@ class XlaState:
         spent = {False: 0, True: 0}  # output bytes folded, by "the op grows its inputs"
         # Growing folds are all or nothing: in a model past the budget they would buy a few percent
         # of speed for as many percent of memory.
-        growth = _growth_to_fold(model)
+        growth = _growth_to_fold(model, self._block_ops)
         on_accelerator = self.mesh is None and self.on_accelerator
         budget = {False: FOLD_BUDGET_BYTES, True: self._growth_budget(growth, on_accelerator)}
         for sg in model.subgraphs:
             known: dict[int, Any] = {}
             fold_keys: dict[int, str] = {}  # tensor -> the key its folded value has in params
+            in_blocks = self._block_ops(sg.index)
             for op in sg.operators:
-                outs = _foldable_outputs(sg, op, known)
+                outs = _foldable_outputs(sg, op, known) if op.index not in in_blocks else []
                 if not outs:
                     continue
                 size = sum(_tensor_bytes(t) for t in outs)
@@ -588,6 +732,12 @@ class XlaState:
                         known[t.index] = self.params[key]
                     self._take_folded(sg, t, key, fold_keys, known)
 
+    def _block_ops(self, index: int) -> set[int]:
+        """Ops of subgraph ``index`` inside repeated blocks: traced in a loop, never folded at load (a folded
+        value is one block's, the loop body is every block's)."""
+        region = self.regions.get(index)
+        return set() if region is None else {op for ops in region.blocks for op in ops}
+
     def _growth_budget(self, growth: int, on_accelerator: bool) -> int:
         """Bytes that folds growing their inputs may add: all of ``growth`` or nothing (-1)."""
         limit = FOLD_GROWTH_BUDGET_BYTES
@@ -619,7 +769,7 @@ class XlaState:
 
     def _drop_unread_params(self, model: Model) -> None:
         """Weights that only folded ops read (the float16 originals) need not stay on the device."""
-        still_read: set[str] = set(self.folded.values())
+        still_read: set[str] = set(self.folded.values()) | set(self.stacked_key.values())
         for sg in model.subgraphs:
             read = set(sg.outputs)
             for op in sg.operators:
@@ -634,11 +784,17 @@ class XlaState:
         self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
 
 
+# Ops that cost nothing in a program (a new shape for the same bytes) are not folded at load: the folded copy
+# would only change the parameter's shape, and XLA GPU fuses a weight's vector of scales broadcast in the program
+# into the product that reads the weight, not a [C, 1] parameter (``compile.float_view``).
+_FREE_IN_THE_PROGRAM = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
+
+
 def _foldable_outputs(sg: Subgraph, op: Operator, known: Any) -> list[Tensor]:
     """The outputs of ``op`` if it can be folded at load (inputs all constants or ``known``
     folded values, float outputs big enough to be parameters), else []."""
-    if op.opcode_name in STATEFUL_OPS or not op.outputs or called_subgraphs(op) or not all(
-            i < 0 or i in known or _has_data(sg.tensors[i]) for i in op.inputs):
+    if op.opcode_name in STATEFUL_OPS or op.opcode_name in _FREE_IN_THE_PROGRAM or not op.outputs \
+            or called_subgraphs(op) or not all(i < 0 or i in known or _has_data(sg.tensors[i]) for i in op.inputs):
         return []
     outs = [sg.tensors[t] for t in op.outputs if t >= 0]
     if any(t.dtype not in FLOAT_DTYPES or t.num_elements <= PARAM_MIN_ELEMENTS for t in outs):
@@ -650,13 +806,14 @@ def _grows(sg: Subgraph, op: Operator, size: int) -> bool:
     return size > sum(_tensor_bytes(sg.tensors[i]) for i in op.inputs if i >= 0)
 
 
-def _growth_to_fold(model: Model) -> int:
+def _growth_to_fold(model: Model, block_ops: Any = lambda index: ()) -> int:
     """Output bytes of the growing ops that folding everything would fold (shared buffers once)."""
     total: dict[tuple, int] = {}
     for sg in model.subgraphs:
         known: set[int] = set()
+        skipped = block_ops(sg.index)
         for op in sg.operators:
-            outs = _foldable_outputs(sg, op, known)
+            outs = _foldable_outputs(sg, op, known) if op.index not in skipped else []
             known.update(t.index for t in outs)
             size = sum(_tensor_bytes(t) for t in outs)
             if outs and _grows(sg, op, size):
@@ -752,6 +909,8 @@ class XlaBackend:
     def _split_parts(self, cache: Any, cache_key: dict | None) -> list["XlaBackend"]:
         """Backends for the parts of a big subgraph (see PART_OPS), or [] to compile it whole."""
         sg = self.subgraph
+        if self.subgraph_index in self.state.regions:  # one block traced in a loop: a small program already
+            return []
         if len(sg.operators) <= 2 * PART_OPS or any(
                 op.opcode_name in STATEFUL_OPS or called_subgraphs(op) for op in sg.operators):
             return []

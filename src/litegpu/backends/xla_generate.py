@@ -218,6 +218,7 @@ def deviceless_generation_programs(model: Model, state: Any, precision: str = "f
     loop = DecodeLoop(backend, layout, chunk)
     read = [(key, sg.tensors[t]) for (s_index, t), key in state.param_key.items() if s_index == sig.subgraph_index]
     read += [(key, sg.tensors[t]) for (s_index, t), key in state.folded.items() if s_index == sig.subgraph_index]
+    read += [(key, sg.tensors[t]) for (s_index, t), key in state.stacked_key.items() if s_index == sig.subgraph_index]
     unique = list({key: t for key, t in read if key in state.params}.items())
     return [(f"decode loop x{chunk}", loop.lowered(), unique)]
 
