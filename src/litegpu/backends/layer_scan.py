@@ -97,15 +97,43 @@ def _detail_tensors(t: Tensor) -> list[int]:
     return found
 
 
-def _op_signature(sg: Subgraph, op: Any) -> tuple:
+def _op_signature(sg: Subgraph, op: Any, model: Any = None, memo: dict | None = None) -> tuple:
     def tensor(i: int) -> Any:
         if i < 0:
             return None
         t = sg.tensors[i]
         return (tuple(t.shape), t.dtype, _quantization_key(t), t.raw is not None and t.raw.size > 0, t.is_variable)
 
-    return (op.opcode_name, repr(op.options), tuple(tensor(i) for i in op.inputs),
-            tuple(tensor(o) for o in op.outputs))
+    options = repr(op.options)
+    if model is not None and called_subgraphs(op):
+        # an op calling a subgraph (litert-torch's composites: one decomposition subgraph per layer, alike) is
+        # known by what the subgraph computes, not by its index: the template's call then stands for every block's
+        options = (tuple((k, v) for k, v in op.options.items() if not k.endswith(("subgraph_index", "subgraph_indices"))
+                         and k != "subgraph"),
+                   tuple(_subgraph_fingerprint(model, i, memo if memo is not None else {}) for i in called_subgraphs(op)))
+        options = repr(options)
+    return (op.opcode_name, options, tuple(tensor(i) for i in op.inputs), tuple(tensor(o) for o in op.outputs))
+
+
+def _subgraph_fingerprint(model: Any, index: int, memo: dict) -> str:
+    """What a subgraph computes, independent of its index: its ops' signatures and wiring, its inputs and outputs,
+    and the bytes of its constants."""
+    if index in memo:
+        return memo[index]
+    import hashlib
+
+    memo[index] = "(recursive)"
+    sg = model.subgraphs[index]
+    digest = hashlib.sha256()
+    digest.update(repr((sg.inputs, sg.outputs)).encode())
+    for op in sg.operators:
+        digest.update(repr((_op_signature(sg, op, model, memo), op.inputs, op.outputs)).encode())
+    for t in sg.tensors:
+        if t.raw is not None and t.raw.size:
+            digest.update(repr((t.index, t.dtype, tuple(t.shape))).encode())
+            digest.update(np.ascontiguousarray(t.raw).tobytes())
+    memo[index] = digest.hexdigest()
+    return memo[index]
 
 
 def _best_runs(codes: np.ndarray, min_blocks: int) -> list[tuple[int, int, int]]:
@@ -134,17 +162,21 @@ def _best_runs(codes: np.ndarray, min_blocks: int) -> list[tuple[int, int, int]]
 
 
 def find_blocks(sg: Subgraph, source: str = "<model>", *, min_blocks: int = MIN_BLOCKS,
-                is_weight: Callable[[Tensor], bool] | None = None) -> RepeatedBlocks | None:
+                is_weight: Callable[[Tensor], bool] | None = None, model: Any = None) -> RepeatedBlocks | None:
     """The repeated blocks of ``sg`` (module docstring), or None.  ``is_weight``: the constants the backend holds
-    as parameters (only those may differ between blocks: other constants are read as static values)."""
-    if any(op.opcode_name in _STATEFUL or called_subgraphs(op) for op in sg.operators):
+    as parameters (only those may differ between blocks: other constants are read as static values).  With
+    ``model``, ops that call subgraphs (composites) may be in blocks when the subgraphs they call are alike."""
+    if any(op.opcode_name in _STATEFUL or (called_subgraphs(op) and model is None) for op in sg.operators):
+        return None
+    if model is not None and any(_calls_state(model, i, set()) for op in sg.operators for i in called_subgraphs(op)):
         return None
     if any(t.is_variable for t in sg.tensors):
         return None
     order = execution_order(sg, source)
     signatures: dict[tuple, int] = {}
-    codes = np.asarray([signatures.setdefault(_op_signature(sg, sg.operators[i]), len(signatures)) for i in order],
-                       np.int64)
+    memo: dict[int, str] = {}
+    codes = np.asarray([signatures.setdefault(_op_signature(sg, sg.operators[i], model, memo), len(signatures))
+                        for i in order], np.int64)
     is_weight = is_weight or (lambda t: t.raw is not None and t.raw.size > 0 and t.num_elements > 256)
     for start, period, count in _best_runs(codes, min_blocks)[:8]:
         # a block may read what the first one made for all (a mask made in layer 0): then start one block later
@@ -153,6 +185,16 @@ def find_blocks(sg: Subgraph, source: str = "<model>", *, min_blocks: int = MIN_
             if found is not None:
                 return found
     return None
+
+
+def _calls_state(model: Any, index: int, seen: set[int]) -> bool:
+    """Whether subgraph ``index`` (or one it calls) reads or writes state."""
+    if index in seen:
+        return False
+    seen.add(index)
+    sg = model.subgraphs[index]
+    return any(op.opcode_name in _STATEFUL or any(_calls_state(model, i, seen) for i in called_subgraphs(op))
+               for op in sg.operators) or any(t.is_variable for t in sg.tensors)
 
 
 def _wired(sg: Subgraph, order: Sequence[int], start: int, period: int, count: int,

@@ -598,7 +598,7 @@ class XlaState:
         quantized = self._quantized_params(model)
         found = {}
         for sg in model.subgraphs:
-            blocks = find_blocks(sg, model.source, min_blocks=SCAN_MIN_BLOCKS,
+            blocks = find_blocks(sg, model.source, min_blocks=SCAN_MIN_BLOCKS, model=model,
                                  is_weight=lambda t: _is_param(t, quantized, self.on_accelerator))
             if blocks is not None:
                 found[sg.index] = blocks
