@@ -134,8 +134,10 @@ def test_tying_never_changes_a_value():
 def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quantized_params, monkeypatch, weights):
     """A big model's subgraph of many ops is compiled as parts (xla.PART_OPS), cut between layers where
     only the hidden state crosses; the parts give the whole program's results (to float rounding: XLA fuses
-    differently across a cut)."""
+    differently across a cut).  Layers looped over (``SCAN_MIN_BLOCKS``) make a small program already: here they
+    are traced one by one, as layers that differ are."""
     model = dm.build_decoder(_config(weights))
+    monkeypatch.setattr(xla, "SCAN_MIN_BLOCKS", 0)
     state = xla.XlaState(model, xla.device_for("cpu"))
     for key in ("prefill", "decode"):
         index, inputs = _signature_inputs(model, key)
