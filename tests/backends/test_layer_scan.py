@@ -2,6 +2,8 @@
 the decoders of bench/decoder_model.py, refused where blocks differ in what kernels read as constants, and giving
 the same results as the subgraph traced op by op, with the weights held once (stacked)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,41 @@ def test_looped_layers_compute_what_the_ops_traced_one_by_one_compute(monkeypatc
         expected = ReferenceBackend(model, sig.subgraph_index).run(inputs)
         for looped, want in zip(results[3], expected):
             np.testing.assert_allclose(looped, want, rtol=1e-4, atol=1e-4)
+
+
+LITERT_TORCH_DEEP = Path(__file__).resolve().parents[1] / "heldout" / "litert_torch" / "smollm_5layers_int4_block32.tflite"
+
+
+@pytest.mark.skipif(not LITERT_TORCH_DEEP.exists(), reason="the 5-layer litert-torch export is not here")
+def test_litert_torch_layers_with_their_composites_loop_with_the_same_results(monkeypatch):
+    """litert-torch calls one decomposition subgraph per layer (RMSNorm, attention composites); alike, they loop.
+    The first layer makes what the later ones share, so the loop starts at the second."""
+    from litegpu.compile.rewrites import rewrite_for_xla
+    from litegpu.ir import read_model
+
+    model = rewrite_for_xla(read_model(LITERT_TORCH_DEEP))
+    decode = next(s for s in model.signatures if s.key == "decode")
+    sg = model.subgraphs[decode.subgraph_index]
+    blocks = find_blocks(sg, model=model)
+    assert blocks is not None and blocks.count == 4 and any(
+        sg.operators[op].opcode_name == "STABLEHLO_COMPOSITE" for op in blocks.blocks[0])
+    rng = np.random.default_rng(0)
+    inputs = []
+    for t in sg.inputs:
+        tensor = sg.tensors[t]
+        if "pos" in tensor.name:
+            inputs.append(np.asarray([7], np.int32))
+        elif tensor.dtype == "int32":
+            inputs.append(rng.integers(1, 100, tensor.shape).astype(np.int32))
+        else:
+            inputs.append(rng.standard_normal(tensor.shape).astype(np.float32))
+    results = {}
+    for scan in (3, 0):
+        monkeypatch.setattr(xla, "SCAN_MIN_BLOCKS", scan)
+        state = xla.XlaState(model, xla.device_for("cpu"), platform="gpu")
+        assert (decode.subgraph_index in state.regions) == bool(scan)
+        backend = xla.XlaBackend(model, decode.subgraph_index, "cpu", state=state)
+        backend.target = xla.Target.XLA_GPU
+        results[scan] = [np.asarray(y) for y in backend.run(inputs)]
+    for looped, unrolled in zip(results[3], results[0]):
+        np.testing.assert_allclose(looped, unrolled, rtol=1e-5, atol=1e-5)
