@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.xla_generate import DEFAULT_CHUNK
-from ..errors import InvalidArgumentError, SignatureError
+from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from .tensor_buffer import TensorBuffer, _is_device_array
 
 
@@ -383,20 +383,22 @@ def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: i
         while True:
             tokens, caches, last, stopped = pending
             ahead = None
-            if done + chunk < count:
+            if done + chunk < count:  # ``done``: the tokens yielded, all of the chunks before this one
                 ahead = device.run(caches, last, position + done + chunk, done + chunk,
                                    min(chunk, count - done - chunk), stopped)
                 latest = ahead
             _wait_for(tokens)
             for value in np.asarray(tokens).tolist():
-                if value == MASKED:
-                    return
+                if value == MASKED:  # only after a stop token or past the tokens asked for, both returned below
+                    raise ModelExecutionError(f"the device's decode loop gave no token at step {done + 1} of "
+                                              f"{count} (no stop token before it): a bug, please report it")
                 yield value
-                if value in device.stop_tokens:
+                done += 1
+                if value in device.stop_tokens or done == count:
                     return
             if ahead is None:
                 return
-            pending, done = ahead, done + chunk
+            pending = ahead
     finally:
         loop.keep_caches(latest[1])
 
