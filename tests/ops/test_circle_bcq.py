@@ -1,0 +1,45 @@
+"""BCQ_FULLY_CONNECTED and BCQ_GATHER are refused with the reason (ops/circle_bcq.py): a model using one names it
+and why, on every backend and in ``litegpu ops``; the model is still read, inspected and written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litegpu.backends import ReferenceBackend
+from litegpu.cli.ops_cmd import support_table
+from litegpu.errors import UnsupportedOpError
+from litegpu.format import CIRCLE
+from litegpu.ir import read_model
+from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.save import to_bytes
+
+
+def _bcq_models():
+    fc = ModelBuilder()
+    x = fc.input("x", (64, 2))
+    inputs = [x, fc.constant("scales", np.ones(4, np.float32)), fc.constant("binary", np.zeros((4, 2), np.int32)),
+              -1, fc.constant("clusters", np.array([[2, 4]], np.int32))]
+    y = fc.tensor("y", (4, 2))
+    fc.op("BCQ_FULLY_CONNECTED", inputs, [y], weights_hidden_size=64)
+    fc.output(y)
+    gather = ModelBuilder()
+    i = gather.input("i", (3,), "int32")
+    inputs = [gather.constant("scales", np.ones(4, np.float32)), gather.constant("binary", np.zeros((4, 2), np.int32)),
+              i, gather.constant("clusters", np.array([[2, 4]], np.int32))]
+    y = gather.tensor("y", (3, 64))
+    gather.op("BCQ_GATHER", inputs, [y], input_hidden_size=64, axis=0)
+    gather.output(y)
+    return {"BCQ_FULLY_CONNECTED": (fc.build(), np.zeros((64, 2), np.float32)),
+            "BCQ_GATHER": (gather.build(), np.zeros(3, np.int32))}
+
+
+@pytest.mark.parametrize("name", ["BCQ_FULLY_CONNECTED", "BCQ_GATHER"])
+def test_bcq_ops_are_refused_with_the_reason(name):
+    model, x = _bcq_models()[name]
+    again = read_model(to_bytes(model, CIRCLE))
+    assert again == model
+    with pytest.raises(UnsupportedOpError, match=rf"{name} \(#0\) is not implemented by litegpu: no public kernel"):
+        ReferenceBackend(again).run([x])
+    entry = support_table()["builtin"][name]
+    assert not entry["cpu"] and "no public kernel" in entry["refused"] and entry["formats"] == ["circle"]
