@@ -99,6 +99,10 @@ class OpContext:
         """Run another subgraph of the model (WHILE, IF, CALL, composites)."""
         return self.backend.run_subgraph(index, list(inputs))
 
+    def run_model(self, model: Model, index: int, inputs: Sequence[Any]) -> list[Any]:
+        """Run subgraph ``index`` of another model with this op's target (circle's RUN_MODEL)."""
+        return self.backend.run_model(model, index, list(inputs))
+
     @property
     def variables(self) -> dict:
         """Resource-variable storage of the running model (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE)."""
