@@ -242,3 +242,30 @@ def test_uint4_product_from_the_gpus_4bit_weight_is_the_dequantized_one():
     stored = jnp.asarray(q).astype(jnp.uint4)
     got = jax.jit(lambda x, s: bw.uint4_fc(jnp, lax, x, s.astype(jnp.uint8), scales, zero_points, s))(x, stored)
     np.testing.assert_allclose(np.asarray(got), bw.uint4_fc(np, None, x, q, scales, zero_points), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel_mode", [None, "BUILTIN", "REFERENCE"])
+def test_circle_weight_model_through_compiled_model_on_the_cpu(kernel_mode):
+    """Both CPU kernel modes (and numpy): the ops with circle weights stay off the engines that read TFLite."""
+    import litegpu as lg
+
+    raw, w = make_ggml("ggml_q4_1", 16, 64, seed=15)
+    q_raw, q_w, quant = _uint4_weight(8, 64, per_channel=True)
+    b = ModelBuilder()
+    x = b.input("x", (2, 64))
+    w1 = b.tensor("w1", (16, 64), "ggml_q4_1", buffer=b.add_buffer(raw), raw=raw)
+    h = b.tensor("h", (2, 16))
+    b.op("FULLY_CONNECTED", [x, w1, -1], [h])
+    t = b.tensor("table", (8, 64), "uint4", buffer=b.add_buffer(q_raw), raw=q_raw, quantization=quant)
+    i = b.input("i", (3,), "int32")
+    g = b.tensor("g", (3, 64))
+    b.op("GATHER", [t, i], [g], axis=0)
+    b.output(h, g)
+    data = to_bytes(b.build(), CIRCLE)
+    mode = None if kernel_mode is None else getattr(lg.CpuKernelMode, kernel_mode)
+    model = lg.CompiledModel.from_buffer(data, options=lg.Options(
+        lg.HardwareAccelerator.CPU, cpu_options=lg.CpuOptions(kernel_mode=mode, num_threads=2)))
+    xs, idx = q8_exact_rows(2, 64, seed=16), np.array([7, 0, 3], np.int32)
+    got_h, got_g = model(xs, idx)
+    np.testing.assert_allclose(np.asarray(got_h), (xs.astype(np.float64) @ w.T).astype(np.float32), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(got_g), q_w[idx], rtol=1e-6, atol=1e-7)
