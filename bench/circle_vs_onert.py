@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", default="", help="run only the models whose name contains this (e.g. ggml)")
     args = parser.parse_args()
 
     import onert
@@ -60,7 +61,8 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="circle-bench-"))
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=THREADS))
     rows = []
-    made_models = [tico_models.make(name, folder) for name in tico_models.MODELS] + ggml_models(folder)
+    made_models = [tico_models.make(name, folder) for name in tico_models.MODELS if args.only in name]
+    made_models += [m for m in ggml_models(folder) if args.only in m.name]
     for made in made_models:
         name = made.name
         ours = litegpu.CompiledModel.from_file(str(made.path), options=options)
@@ -94,7 +96,8 @@ def main() -> None:
 
 def ggml_models(folder: Path) -> list:
     """Circle files with ggml weights (as ``tico_models.TicoModel``: name, path, inputs): a q4_0 MLP
-    1024-4096-1024 (one token, and 16), a q8_0 one, a q4_0 embedding table of 32000 x 1024 (16 tokens)."""
+    1024-4096-1024 (one token, and 16), a q8_0 one, a q4_0 MLP 4096-11008-4096 (one token), a q4_0 embedding
+    table of 32000 x 1024 (16 tokens)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ops"))
     from types import SimpleNamespace
 
@@ -104,14 +107,14 @@ def ggml_models(folder: Path) -> list:
     from litegpu.ir.builder import ModelBuilder
     from litegpu.ir.save import to_bytes
 
-    def mlp(dtype: str, rows: int):
-        up, _ = make_ggml(dtype, 4096, 1024, seed=1)
-        down, _ = make_ggml(dtype, 1024, 4096, seed=2)
+    def mlp(dtype: str, rows: int, width: int = 1024, hidden: int = 4096):
+        up, _ = make_ggml(dtype, hidden, width, seed=1)
+        down, _ = make_ggml(dtype, width, hidden, seed=2)
         b = ModelBuilder()
-        x = b.input("x", (rows, 1024))
-        w1 = b.tensor("up", (4096, 1024), dtype, buffer=b.add_buffer(up), raw=up)
-        w2 = b.tensor("down", (1024, 4096), dtype, buffer=b.add_buffer(down), raw=down)
-        h, y = b.tensor("h", (rows, 4096)), b.tensor("y", (rows, 1024))
+        x = b.input("x", (rows, width))
+        w1 = b.tensor("up", (hidden, width), dtype, buffer=b.add_buffer(up), raw=up)
+        w2 = b.tensor("down", (width, hidden), dtype, buffer=b.add_buffer(down), raw=down)
+        h, y = b.tensor("h", (rows, hidden)), b.tensor("y", (rows, width))
         b.op("FULLY_CONNECTED", [x, w1, -1], [h], fused_activation_function="RELU")
         b.op("FULLY_CONNECTED", [h, w2, -1], [y])
         b.output(y)
@@ -123,6 +126,9 @@ def ggml_models(folder: Path) -> list:
             ("ggml q4_0 MLP 1024-4096-1024, 1 token", mlp("ggml_q4_0", 1), [rng.standard_normal((1, 1024))]),
             ("ggml q4_0 MLP 1024-4096-1024, 16 tokens", mlp("ggml_q4_0", 16), [rng.standard_normal((16, 1024))]),
             ("ggml q8_0 MLP 1024-4096-1024, 1 token", mlp("ggml_q8_0", 1), [rng.standard_normal((1, 1024))]),
+            # 50 MB of weights: program parameters on XLA CPU (the smaller ones are folded into the program)
+            ("ggml q4_0 MLP 4096-11008-4096, 1 token", mlp("ggml_q4_0", 1, 4096, 11008),
+             [rng.standard_normal((1, 4096))]),
             ("ggml q4_0 embedding 32000 x 1024, 16 tokens",
              gather_model("ggml_q4_0", make_ggml("ggml_q4_0", 32000, 1024)[0], 32000, 1024, indices_shape=(16,)),
              [rng.integers(0, 32000, 16).astype(np.int32)])):

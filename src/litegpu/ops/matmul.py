@@ -92,6 +92,12 @@ def _fc_output_shape(ctx: OpContext, x_shape: tuple, w_shape: tuple) -> tuple[in
     return rows, (rows, units)
 
 
+# Up to this many rows, XLA CPU multiplies ggml weights that are program parameters by a fused elementwise
+# product and reduction per block (``_block_weights.ggml_fc_block_sums``: reads the bytes once; its work grows
+# with the rows), above it (and weights folded into the program) by a matmul of the scaled quants.
+GGML_CPU_REDUCE_ROWS = 4
+
+
 def _circle_weights(w: Any) -> bool:
     """Weights of circle's own types (``_block_weights``): ggml blocks, MX, UINT4."""
     return bw.is_block_weight(w.dtype) or w.dtype in bw.MX_TYPES or w.dtype == "uint4"
@@ -170,13 +176,20 @@ class FullyConnected(Op):
         elif xp is np:
             y = bw.ggml_fc_reference(x, w, t.dtype, units, depth)
         else:
-            # XLA CPU converts a product's weights whole: slices of units (each tied to the previous product)
-            # bound the float32 quants it holds; a GPU converts them inside the product's kernel.
-            whole = isinstance(w, np.ndarray) or ctx.target is Target.XLA_GPU
+            # A GPU takes the product block by block, the scales on the partial sums, and converts the quants
+            # inside the product's kernel.  XLA CPU reduces integer block products in one fused loop for a few
+            # rows, else multiplies the scaled quants in one matmul; per slice of units, each tied to the
+            # previous product (it converts a product's weights whole, and all of them at once).
+            rows_q8 = bw.quantize_rows_q8(xp, computed_once(xp, lax, x))
+            gpu = ctx.target is Target.XLA_GPU
+            constant = isinstance(w, np.ndarray)  # in the program: XLA folds the scaled quants when compiling
+            product = (bw.ggml_fc_partial_sums if gpu else bw.ggml_fc_dequantized if constant
+                       or rows > GGML_CPU_REDUCE_ROWS else bw.ggml_fc_block_sums)
+            whole = constant or gpu
             spans = [(0, units)] if whole else _spans(units, units * depth * 4)
             stored = xp.asarray(w).reshape(units, -1)
-            y = _chained_products(xp, lax, spans, lambda start, stop, after: bw.ggml_fc_partial_sums(
-                xp, lax, x, tie_to(xp, lax, stored[start:stop], after), t.dtype, stop - start, depth))
+            y = _chained_products(xp, lax, spans, lambda start, stop, after: product(
+                xp, lax, rows_q8, tie_to(xp, lax, stored[start:stop], after), t.dtype, stop - start, depth))
         return self._finish(ctx, xp, y, bias, out_shape)
 
     @staticmethod
