@@ -1,7 +1,9 @@
 """litegpu beside onert (Samsung ONE's runtime) on the same .circle files, CPU, 2 threads, one process.
 
-The files are tico's conversions of the test models in ``tests/tico_models.py`` (made into OUT_DIR if
-missing). Each round times ``--calls`` calls of one runtime and then of the other, the order flipping
+The files are tico's conversions of the test models in ``tests/tico_models.py``, and models with ggml
+weights built with litegpu's builder (``ggml_models``: what onert runs of them, FULLY_CONNECTED without
+bias on q4_0 / q8_0 weights and GATHER on a q4_0 table, blocks packed by ``tests/ops/test_circle_weights.py``).
+Each round times ``--calls`` calls of one runtime and then of the other, the order flipping
 every round, so that both see the same machine state; the figure is the median per-call time over the
 rounds. onert's CPU backend reads its thread count from the environment (``NUM_THREADS``).
 
@@ -48,6 +50,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", default="", help="run only the models whose name contains this (e.g. ggml)")
     args = parser.parse_args()
 
     import onert
@@ -58,8 +61,10 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="circle-bench-"))
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=THREADS))
     rows = []
-    for name in tico_models.MODELS:
-        made = tico_models.make(name, folder)
+    made_models = [tico_models.make(name, folder) for name in tico_models.MODELS if args.only in name]
+    made_models += [m for m in ggml_models(folder) if args.only in m.name]
+    for made in made_models:
+        name = made.name
         ours = litegpu.CompiledModel.from_file(str(made.path), options=options)
         session = onert.infer.session(str(made.path), "cpu")
         try:
@@ -87,6 +92,51 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
+
+
+def ggml_models(folder: Path) -> list:
+    """Circle files with ggml weights (as ``tico_models.TicoModel``: name, path, inputs): a q4_0 MLP
+    1024-4096-1024 (one token, and 16), a q8_0 one, a q4_0 MLP 4096-11008-4096 (one token), a q4_0 embedding
+    table of 32000 x 1024 (16 tokens)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ops"))
+    from types import SimpleNamespace
+
+    from test_circle_weights import gather_model, make_ggml
+
+    from litegpu.format import CIRCLE
+    from litegpu.ir.builder import ModelBuilder
+    from litegpu.ir.save import to_bytes
+
+    def mlp(dtype: str, rows: int, width: int = 1024, hidden: int = 4096):
+        up, _ = make_ggml(dtype, hidden, width, seed=1)
+        down, _ = make_ggml(dtype, width, hidden, seed=2)
+        b = ModelBuilder()
+        x = b.input("x", (rows, width))
+        w1 = b.tensor("up", (hidden, width), dtype, buffer=b.add_buffer(up), raw=up)
+        w2 = b.tensor("down", (width, hidden), dtype, buffer=b.add_buffer(down), raw=down)
+        h, y = b.tensor("h", (rows, hidden)), b.tensor("y", (rows, width))
+        b.op("FULLY_CONNECTED", [x, w1, -1], [h], fused_activation_function="RELU")
+        b.op("FULLY_CONNECTED", [h, w2, -1], [y])
+        b.output(y)
+        return b.build()
+
+    rng = np.random.default_rng(0)
+    made = []
+    for name, model, inputs in (
+            ("ggml q4_0 MLP 1024-4096-1024, 1 token", mlp("ggml_q4_0", 1), [rng.standard_normal((1, 1024))]),
+            ("ggml q4_0 MLP 1024-4096-1024, 16 tokens", mlp("ggml_q4_0", 16), [rng.standard_normal((16, 1024))]),
+            ("ggml q8_0 MLP 1024-4096-1024, 1 token", mlp("ggml_q8_0", 1), [rng.standard_normal((1, 1024))]),
+            # 50 MB of weights: program parameters on XLA CPU (the smaller ones are folded into the program)
+            ("ggml q4_0 MLP 4096-11008-4096, 1 token", mlp("ggml_q4_0", 1, 4096, 11008),
+             [rng.standard_normal((1, 4096))]),
+            ("ggml q4_0 embedding 32000 x 1024, 16 tokens",
+             gather_model("ggml_q4_0", make_ggml("ggml_q4_0", 32000, 1024)[0], 32000, 1024, indices_shape=(16,)),
+             [rng.integers(0, 32000, 16).astype(np.int32)])):
+        path = folder / (name.split(",")[0].replace(" ", "_") + f"_{len(made)}.circle")
+        path.write_bytes(to_bytes(model, CIRCLE))
+        made.append(SimpleNamespace(name=name, path=path,
+                                    inputs=[x.astype(np.float32) if x.dtype == np.float64 else x for x in inputs]))
+    return made
 
 
 def read_ops(path: Path) -> dict:

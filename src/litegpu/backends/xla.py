@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, ModelExecutionError
 from ..format.file import release_file_pages
 from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtype
-from ..ir.dtypes import SUB_BYTE_BITS
+from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, tie_to, unpack_sub_byte
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
@@ -91,7 +91,9 @@ PART_OPS = 256
 # the compile time and the program no longer grow with the depth.  0 turns it off.
 SCAN_MIN_BLOCKS = 3
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
-INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS)
+# (circle's block types, ggml's and MX, are quantized weights held as their file bytes)
+INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS,
+                  *BLOCK_LAYOUTS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -164,7 +166,8 @@ def _quantized_weight_bytes(model: Model) -> int:
 
 def _is_quantized(t: Tensor) -> bool:
     q = t.quantization
-    return t.dtype in SUB_BYTE_BITS or q is not None and (q.is_affine or q.details is not None)
+    packed = t.dtype in SUB_BYTE_BITS or t.dtype in BLOCK_LAYOUTS
+    return packed or q is not None and (q.is_affine or q.details is not None)
 
 
 # Sub-byte weights an accelerator holds in XLA's own 4-bit types (two to a byte on the device, converted inside
@@ -194,6 +197,8 @@ def _param_shape_dtype(t: Tensor, storage: np.dtype, native_sub_byte: bool) -> t
             import ml_dtypes
 
             return tuple(t.shape), np.dtype(getattr(ml_dtypes, NATIVE_SUB_BYTE[t.dtype]))
+        return (t.raw.size,), np.dtype(np.uint8)
+    if t.dtype in BLOCK_LAYOUTS:  # the file's bytes (``Tensor.data`` of a block type)
         return (t.raw.size,), np.dtype(np.uint8)
     dtype = np.dtype(numpy_dtype(t.dtype))
     return tuple(t.shape), storage if t.dtype == "float32" and storage != np.float32 else dtype

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..ir.opcodes import builtin_names, circle_only_ops
 from ..ops import Op, builtin_ops, custom_ops
+from ..ops.registry import refusal
 from .common import console, titled_table
 
 # Schema entries that are not ops one can implement.
@@ -32,6 +33,9 @@ def support_table() -> dict:
     for name in builtin_names().values():
         if name not in builtin and name not in _NOT_OPS:
             builtin[name] = {"cpu": False, "gpu": False, "dtypes": []}
+            why = refusal(name)
+            if why:
+                builtin[name]["refused"] = why
     circle_only = circle_only_ops()
     for name, entry in builtin.items():
         entry["formats"] = ["circle"] if name in circle_only else ["tflite", "circle"]
@@ -51,7 +55,8 @@ def render(table: dict) -> None:
         for name, e in entries.items():
             mark = {True: "yes", False: "-"}
             files = "circle only" if e.get("formats") == ["circle"] else ""
-            t.add_row(name, mark[e["cpu"]], mark[e["gpu"]], ", ".join(e["dtypes"]) or "unsupported", files)
+            dtypes = ", ".join(e["dtypes"]) or ("refused (see --json)" if e.get("refused") else "unsupported")
+            t.add_row(name, mark[e["cpu"]], mark[e["gpu"]], dtypes, files)
         out.print(t)
 
 

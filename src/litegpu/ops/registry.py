@@ -99,6 +99,10 @@ class OpContext:
         """Run another subgraph of the model (WHILE, IF, CALL, composites)."""
         return self.backend.run_subgraph(index, list(inputs))
 
+    def run_model(self, model: Model, index: int, inputs: Sequence[Any]) -> list[Any]:
+        """Run subgraph ``index`` of another model with this op's target (circle's RUN_MODEL)."""
+        return self.backend.run_model(model, index, list(inputs))
+
     @property
     def variables(self) -> dict:
         """Resource-variable storage of the running model (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE)."""
@@ -145,6 +149,9 @@ class Op:
 
 _BUILTIN: dict[str, Op] = {}
 _CUSTOM: dict[str, Op] = {}
+# Ops litegpu knows and deliberately does not run, with the reason (``refuse``): a model using them is refused
+# with that reason rather than with a bare "not implemented".
+_REFUSED: dict[str, str] = {}
 
 
 def register(name: str, *, custom: bool = False) -> Callable[[type[Op]], type[Op]]:
@@ -159,6 +166,19 @@ def register(name: str, *, custom: bool = False) -> Callable[[type[Op]], type[Op
     return decorate
 
 
+def refuse(name: str, reason: str) -> None:
+    """Record why builtin op ``name`` is not implemented (from the op module that documents the finding)."""
+    if name in _BUILTIN or name in _REFUSED:
+        raise RuntimeError(f"op {name} is registered or refused twice")
+    _REFUSED[name] = reason
+
+
+def refusal(name: str) -> str | None:
+    """Why builtin op ``name`` is deliberately not implemented (None: no recorded reason)."""
+    _ensure_loaded()
+    return _REFUSED.get(name)
+
+
 def _ensure_loaded() -> None:
     from . import _catalog  # noqa: F401  (imports every op module once)
 
@@ -168,7 +188,9 @@ def lookup(op: Operator) -> Op:
     impl = (_CUSTOM if op.is_custom else _BUILTIN).get(op.opcode_name)
     if impl is None:
         kind = "custom op" if op.is_custom else "op"
-        raise UnsupportedOpError(f"{kind} {op.opcode_name} (#{op.index}) is not implemented by litegpu")
+        why = None if op.is_custom else _REFUSED.get(op.opcode_name)
+        raise UnsupportedOpError(f"{kind} {op.opcode_name} (#{op.index}) is not implemented by litegpu"
+                                 + (f": {why}" if why else ""))
     return impl
 
 
