@@ -59,6 +59,17 @@ def test_decoder_weights_stay_as_stored_and_the_device_loop_gives_the_same_token
     assert held <= WEIGHT_RATIO * stored, f"{held} bytes on the device for {stored} in the file"
 
 
+@pytest.mark.parametrize("weights", ["float16", "int8", "int4"])
+def test_a_deep_decoder_loops_over_its_layers_and_generates_the_same_tokens(weights):
+    """Five layers: traced once in a loop (backends.layer_scan), the caches carried stacked by the device loop."""
+    model = dm.build_decoder(dm.DecoderConfig(weights=weights, **{**CONFIG, "layers": 5}))
+    cm = compiled(model)
+    check_generation(cm, [2, 7, 1, 8, 2, 8], 18)
+    assert cm._state.regions, "the layers were traced one by one"
+    held, stored = device_weight_bytes(cm), file_weight_bytes(model)
+    assert held <= WEIGHT_RATIO * stored, f"{held} bytes on the device for {stored} in the file"
+
+
 @pytest.mark.parametrize("name", ["smollm_tiny_fp16", "smollm_tiny_dynamic_int8", "smollm_tiny_int4_block32",
                                   "smollm_tiny_mask_as_input", "smollm_tiny_transposed_kv"])
 def test_litert_torch_exports_generate_on_the_device(name):

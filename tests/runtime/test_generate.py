@@ -336,3 +336,25 @@ def test_a_buffer_whose_in_place_run_failed_says_so(fresh_decoder, monkeypatch):
         b.write(np.zeros(b.shape, b.dtype))
     model.run_by_name("decode", {**_decode_feeds(0), **caches}, {"logits": logits, **caches})
     assert np.isfinite(logits.read()).all()
+
+
+def test_looped_layers_carry_their_caches_stacked_through_the_device_loop(monkeypatch):
+    """A decoder deep enough for the layer loop (backends.layer_scan): the device loop carries each cache slot as
+    one stack for the whole generation, and the tokens are still the official interpreter's."""
+    from litegpu.backends.xla_generate import DecodeLoop
+
+    config = dm.DecoderConfig(**{**CONFIG, "layers": 4})
+    data = to_bytes(dm.build_decoder(config))
+    model = litegpu.CompiledModel.from_buffer(data, options=ON_XLA)
+    groups = []
+    original = DecodeLoop.run
+
+    def spy(self, caches, *args, **kwargs):
+        groups.append((len(self.groups), [tuple(c.shape) for c in caches]))
+        return original(self, caches, *args, **kwargs)
+
+    monkeypatch.setattr(DecodeLoop, "run", spy)
+    prompt = [3, 1, 4, 1, 5]
+    assert litegpu.generate(model, prompt, 9, chunk_tokens=4) == official_generate(data, config, prompt, 9)
+    stack = (config.layers, 1, config.max_len, config.width)
+    assert groups and all(n == 2 and shapes == [stack, stack] for n, shapes in groups)  # k and v, one stack each

@@ -326,6 +326,8 @@ class _XlaRunner(_PolicyRunner):
         self._tie_all = False        # while tracing a deferred op for its consumer
         self._memo: dict[int, Any] = {}
         self._block_weights: dict[int, Any] = {}  # inside a scanned block: template tensor -> this block's slice
+        self.given_stacks: dict = {}   # template tensor -> per-block inputs already stacked (``trace_stacked``)
+        self.final_stacks: dict | None = None  # filled with the stacks as the blocks left them
 
     def _param(self, sg: Subgraph, index: int) -> Any:
         if index in self._block_weights:
@@ -364,9 +366,10 @@ class _XlaRunner(_PolicyRunner):
         weights = {t0: self.params[self.state.stacked_key[(sg.index, t0)]] for t0, _ in region.stacked
                    if (sg.index, t0) in self.state.stacked_key}
         # per-block subgraph inputs (KV caches) and small float constants that are no parameters (a norm's scale)
-        stacks = {t0: xp.stack([xp.asarray(self._value(sg, values, t)) for t in per_block])
+        stacks = {t0: self.given_stacks[t0] if t0 in self.given_stacks else
+                  xp.stack([xp.asarray(self._value(sg, values, t)) for t in per_block])
                   for t0, per_block in region.stacked if t0 not in weights}
-        updated = self._updated_in_place(sg, region, stacks)  # collected slot -> the stack it updates
+        updated = {made_by: t0 for made_by, t0 in _in_place_updates(sg, region).items() if t0 in stacks}
         scanned_out = [(made_by, per_block) for made_by, per_block in region.collected if made_by not in updated]
 
         def body(carry: tuple, block_weights: dict) -> tuple:
@@ -400,21 +403,8 @@ class _XlaRunner(_PolicyRunner):
         by_maker = {made_by: c for (_, _, made_by), c in zip(region.carried, carry)}
         for made_by, t in region.last:
             values[t] = by_maker[made_by]
-
-    def _updated_in_place(self, sg: Subgraph, region: Any, stacks: dict) -> dict:
-        """Collected slots that are a new value of a stacked per-block input: made by an op of the block whose
-        first input is that input, of the same shape and type (a cache and DYNAMIC_UPDATE_SLICE)."""
-        template = region.blocks[0]
-        found = {}
-        for made_by, _ in region.collected:
-            op = sg.operators[template[made_by[0]]]
-            source = op.inputs[0] if op.inputs else -1
-            out = sg.tensors[op.outputs[made_by[1]]]
-            if source in stacks and source not in found.values():
-                t = sg.tensors[source]
-                if tuple(t.shape) == tuple(out.shape) and t.dtype == out.dtype:
-                    found[made_by] = source
-        return found
+        if self.final_stacks is not None:
+            self.final_stacks.update((t0, stacks[t0]) for t0 in updated.values())
 
     def _is_weight(self, sg: Subgraph, values: dict, index: int) -> bool:
         value = values.get(index)
@@ -836,6 +826,28 @@ def _tensor_bytes(t: Tensor) -> int:
     return t.num_elements * np.dtype(numpy_dtype(t.dtype)).itemsize
 
 
+def _in_place_updates(sg: Subgraph, region: Any) -> dict:
+    """Collected slots of repeated blocks that are a new value of a per-block input: made by an op of the block
+    whose first input is that input, of the same shape and type (a layer's KV cache and its DYNAMIC_UPDATE_SLICE);
+    slot -> the template input."""
+    template = region.blocks[0]
+    per_block_inputs = {t0 for t0, per_block in region.stacked if not _has_data(sg.tensors[per_block[0]])}
+    found: dict = {}
+    for made_by, _ in region.collected:
+        op = sg.operators[template[made_by[0]]]
+        source = op.inputs[0] if op.inputs else -1
+        out = sg.tensors[op.outputs[made_by[1]]]
+        if source in per_block_inputs and source not in found.values():
+            t = sg.tensors[source]
+            if tuple(t.shape) == tuple(out.shape) and t.dtype == out.dtype:
+                found[made_by] = source
+    return found
+
+
+def _in_place_sources(sg: Subgraph, region: Any) -> list[int]:
+    return list(_in_place_updates(sg, region).values())
+
+
 def array_bytes(value: Any) -> int:
     """Bytes of an array, a device array or a ``jax.ShapeDtypeStruct`` (4-bit types: two elements a byte, as
     devices hold them)."""
@@ -1005,14 +1017,36 @@ class XlaBackend:
         contain it (``xla_generate``'s decode loop).  The inputs are in the subgraph's order."""
         return self._trace(params, variables, inputs)
 
-    def _trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
+    def trace_stacked(self, params: dict, variables: dict, inputs: list, stacks: dict) -> tuple[list, dict, dict]:
+        """``trace`` where the per-block inputs of the subgraph's repeated blocks (``stacked_inputs``) come stacked,
+        as ``stacks`` (template tensor -> [blocks, ...]), their own places in ``inputs`` None; also returns the
+        stacks as the blocks left them (a KV cache updated in place).  The decode loop carries its caches so: one
+        stack for the whole generation, never copied per step."""
+        runner_stacks: dict = {}
+        outputs, variables = self._trace(params, variables, inputs, given_stacks=stacks, final_stacks=runner_stacks)
+        return outputs, variables, runner_stacks
+
+    def stacked_inputs(self) -> dict[int, tuple[int, ...]]:
+        """Template tensor -> the subgraph input positions, block by block, of the per-block subgraph inputs that its
+        repeated blocks update in place (the KV caches of a decoder's layers); {} without repeated blocks."""
+        region = self.state.regions.get(self.subgraph_index)
+        if region is None or self.op_range is not None:
+            return {}
+        sg = self.subgraph
+        updated = {source for source in _in_place_sources(sg, region)}
+        return {t0: tuple(list(sg.inputs).index(t) for t in per_block) for t0, per_block in region.stacked
+                if t0 in updated and all(t in sg.inputs for t in per_block)}
+
+    def _trace(self, params: dict, variables: dict, inputs: list, *, given_stacks: dict | None = None,
+               final_stacks: dict | None = None) -> tuple[list, dict]:
         sg = self.subgraph
         runner = _XlaRunner(self.model, self.target, params=params, state=self.state,
                             constant=lambda sg_index, t: self._to_storage(t.data, t), variables=dict(variables),
                             storage=self.policy.storage_dtype, compute=self.policy.compute_dtype)
+        runner.given_stacks, runner.final_stacks = given_stacks or {}, final_stacks
         edge_in, edge_out = (sg.inputs, sg.outputs) if self.op_range is None else (
             self.op_range.inputs, self.op_range.outputs)
-        inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
+        inputs = [None if x is None else self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
         if self.state.mesh is not None:
             inputs = [self._by_head(x, self._cache_in.get(t)) for x, t in zip(inputs, edge_in)]
         if self.op_range is None:

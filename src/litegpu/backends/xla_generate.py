@@ -98,7 +98,7 @@ class DecodeLoop:
     """``chunk`` decode steps of one XLA backend's subgraph as one program (see the module docstring).
 
     ``run(caches, token, position, step, valid, stopped)`` dispatches a chunk without waiting: ``caches`` (device
-    arrays, in ``layout.caches`` order) are consumed; it returns (tokens [chunk] int32, the new caches, the last
+    arrays, as ``carried`` makes them from the ``layout.caches`` order) are consumed; it returns (tokens [chunk] int32, the new caches, the last
     token, whether a stop token came) as device arrays, which feed the next chunk directly.  ``step`` counts the
     tokens sampled before (it keys the random numbers, so a seed gives the same tokens whatever the chunk size),
     ``valid`` how many of this chunk's tokens are wanted.  The seed, the temperature and the stop tokens are inputs
@@ -114,6 +114,31 @@ class DecodeLoop:
         self.seed = 0 if seed is None else int(seed)
         # what the compiled program depends on; greedy programs ignore the temperature
         self._shape = Sampling(0.0 if sampling.greedy else 1.0, None if sampling.greedy else sampling.top_k)
+        # The caches of repeated layers that the backend loops over are carried stacked, one array per slot (k, v)
+        # for the whole generation: the layer loop updates each in place, and no step copies them.
+        cache_inputs = {at for at, _ in layout.caches}
+        self.groups = tuple(sorted((t0, positions) for t0, positions in backend.stacked_inputs().items()
+                                   if set(positions) <= cache_inputs))
+        grouped = {p for _, positions in self.groups for p in positions}
+        self.loose = tuple(k for k, (at, _) in enumerate(layout.caches) if at not in grouped)
+
+    # ---- the caches as the loop carries them ------------------------------------------------------
+    def carried(self, caches: list) -> list:
+        """The KV cache (``layout.caches`` order, one array per layer) as the program takes it: the stacks of
+        ``groups``, then the other caches."""
+        jnp = self.backend.jax.numpy
+        by_input = {at: c for (at, _), c in zip(self.layout.caches, caches)}
+        return ([jnp.stack([by_input[p] for p in positions]) for _, positions in self.groups]
+                + [caches[k] for k in self.loose])
+
+    def per_layer(self, carried: list) -> list:
+        """``carried`` back in ``layout.caches`` order, one array per layer."""
+        found: dict[int, Any] = {}
+        for (_, positions), stack in zip(self.groups, carried):
+            found.update((p, stack[k]) for k, p in enumerate(positions))
+        for k, value in zip(self.loose, carried[len(self.groups):]):
+            found[self.layout.caches[k][0]] = value
+        return [found[at] for at, _ in self.layout.caches]
 
     # ---- the program ----------------------------------------------------------------------------
     def _steps(self, params: Any, caches: list, token: Any, position: Any, step: Any, valid: Any,
@@ -139,10 +164,17 @@ class DecodeLoop:
                     rows, length = shape[-2], shape[-1]
                     allowed = jnp.arange(length)[None, :] <= (pos + jnp.arange(rows))[:, None]
                     inputs[k] = jnp.where(allowed, 0, jnp.finfo(dtype).min).astype(dtype).reshape(shape)
-            for (at, _), cache in zip(layout.caches, caches):
-                inputs[at] = cache
-            outputs, _ = self.backend.trace(params, {}, inputs)
-            new_caches = [outputs[o].astype(c.dtype) for (_, o), c in zip(layout.caches, caches)]
+            stacks, loose = caches[:len(self.groups)], caches[len(self.groups):]
+            for k, cache in zip(self.loose, loose):
+                inputs[layout.caches[k][0]] = cache
+            if self.groups:
+                outputs, _, left = self.backend.trace_stacked(
+                    params, {}, inputs, {t0: stack for (t0, _), stack in zip(self.groups, stacks)})
+                new_stacks = [left[t0].astype(stack.dtype) for (t0, _), stack in zip(self.groups, stacks)]
+            else:
+                outputs, _ = self.backend.trace(params, {}, inputs)
+                new_stacks = []
+            new_caches = new_stacks + [outputs[layout.caches[k][1]].astype(c.dtype) for k, c in zip(self.loose, loose)]
             picked = _pick(jnp, jax, outputs[layout.logits], self._shape, jax.random.fold_in(key, step + i),
                            temperature)
             shown = jnp.where(stopped | (i >= valid), MASKED, picked)
@@ -157,7 +189,10 @@ class DecodeLoop:
         jax = self.backend.jax
         sharding = self.backend.state.sharding
         spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, np.dtype(dtype), sharding=sharding)  # noqa: E731
-        caches = [spec(self.layout.input_specs[i][0], self.layout.input_specs[i][1]) for i, _ in self.layout.caches]
+        specs = self.layout.input_specs
+        caches = [spec((len(positions), *specs[positions[0]][0]), specs[positions[0]][1])
+                  for _, positions in self.groups]
+        caches += [spec(specs[self.layout.caches[k][0]][0], specs[self.layout.caches[k][0]][1]) for k in self.loose]
         return [caches, spec((), np.int32), spec((), np.int32), spec((), np.int32), spec((), np.int32),
                 spec((), np.bool_), spec((), np.int32), spec((), np.float32),
                 spec((_stop_slots(len(self.stop_tokens)),), np.int32)]
@@ -171,12 +206,13 @@ class DecodeLoop:
         return self.backend.jax.jit(self._steps, donate_argnums=(1,), in_shardings=sharding, out_shardings=sharding)
 
     def _program(self) -> Any:
-        what = (self.chunk, self._shape, _stop_slots(len(self.stop_tokens)), self.layout)
+        what = (self.chunk, self._shape, _stop_slots(len(self.stop_tokens)), self.layout, self.groups)
         programs = _PROGRAMS.setdefault(self.backend, {})
         if what not in programs:
             programs[what] = self.backend.compile_program(
                 self._jitted(), self._specs(), {"decode_loop": self.chunk, "sampling": repr(self._shape),
-                                                "stop_slots": what[2], "layout": repr(self.layout)})
+                                                "stop_slots": what[2], "layout": repr(self.layout),
+                                                "stacked_caches": repr(self.groups)})
         return programs[what]
 
     def run(self, caches: list, token: Any, position: int, step: int, valid: int, stopped: Any = False) -> tuple:

@@ -375,7 +375,7 @@ def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: i
     from .event import _wait_for
 
     chunk = device.chunk
-    caches = loop.cache_arrays(device.backend.state.device)
+    caches = device.carried(loop.cache_arrays(device.backend.state.device))
     pending = device.run(caches, token, position, 0, min(chunk, count))
     latest = pending
     done = 0
@@ -400,7 +400,7 @@ def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: i
                 return
             pending = ahead
     finally:
-        loop.keep_caches(latest[1])
+        loop.keep_caches(device.per_layer(latest[1]))
 
 
 def _prefill(loop: _Loop, prompt: list[int], pad_token: int) -> np.ndarray:
