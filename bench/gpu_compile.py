@@ -223,7 +223,8 @@ def _weights_read(state: Any, sg: Any, ops: Any) -> list[tuple[str, Any]]:
                 continue
             for index in [i, *_detail_tensors(sg.tensors[i])]:
                 key = (state.folded.get((sg.index, index)) or state.param_key.get((sg.index, index))
-                       or state.stacked_key.get((sg.index, index)))
+                       or state.stacked_key.get((sg.index, index))
+                       or (state.stack_slice.get((sg.index, index)) or (None,))[0])
                 if key is not None and key in state.params:
                     keys.setdefault(key, sg.tensors[index])
     return list(keys.items())

@@ -112,13 +112,16 @@ def test_litert_torch_layers_with_their_composites_loop_with_the_same_results(mo
             inputs.append(rng.integers(1, 100, tensor.shape).astype(np.int32))
         else:
             inputs.append(rng.standard_normal(tensor.shape).astype(np.float32))
-    results = {}
+    results, held = {}, {}
     for scan in (3, 0):
         monkeypatch.setattr(xla, "SCAN_MIN_BLOCKS", scan)
         state = xla.XlaState(model, xla.device_for("cpu"), platform="gpu")
         assert (decode.subgraph_index in state.regions) == bool(scan)
+        held[scan] = state.weight_bytes()
         backend = xla.XlaBackend(model, decode.subgraph_index, "cpu", state=state)
         backend.target = xla.Target.XLA_GPU
         results[scan] = [np.asarray(y) for y in backend.run(inputs)]
     for looped, unrolled in zip(results[3], results[0]):
         np.testing.assert_allclose(looped, unrolled, rtol=1e-5, atol=1e-5)
+    # the prefills loop over 3 layers, decode over 4: they share one stack per weight, read at an offset
+    assert held[3] == held[0]

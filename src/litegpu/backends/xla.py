@@ -333,7 +333,10 @@ class _XlaRunner(_PolicyRunner):
         if index in self._block_weights:
             return self._block_weights[index]
         key = self.state.param_key.get((sg.index, index))
-        return None if key is None else self.params.get(key)
+        if key is None:
+            member = self.state.stack_slice.get((sg.index, index))
+            return None if member is None else self.params[member[0]][member[1]]
+        return self.params.get(key)
 
     def run_subgraph(self, index: int, inputs: Sequence[Any]) -> list[Any]:
         region = self.state.regions.get(index)
@@ -363,8 +366,9 @@ class _XlaRunner(_PolicyRunner):
         template = region.blocks[0]
         made = lambda j, o: sg.operators[template[j]].outputs[o]  # noqa: E731
         initial = [self._value(sg, values, init) for _, init, _ in region.carried]
-        weights = {t0: self.params[self.state.stacked_key[(sg.index, t0)]] for t0, _ in region.stacked
-                   if (sg.index, t0) in self.state.stacked_key}
+        # each slot's stack and the block of it where this run starts (a longer stack shared with another loop)
+        weights = {t0: (self.params[self.state.stacked_key[(sg.index, t0)]], self.state.stacked_offset[(sg.index, t0)])
+                   for t0, _ in region.stacked if (sg.index, t0) in self.state.stacked_key}
         # per-block subgraph inputs (KV caches) and small float constants that are no parameters (a norm's scale)
         stacks = {t0: self.given_stacks[t0] if t0 in self.given_stacks else
                   xp.stack([xp.asarray(self._value(sg, values, t)) for t in per_block])
@@ -372,8 +376,10 @@ class _XlaRunner(_PolicyRunner):
         updated = {made_by: t0 for made_by, t0 in _in_place_updates(sg, region).items() if t0 in stacks}
         scanned_out = [(made_by, per_block) for made_by, per_block in region.collected if made_by not in updated]
 
-        def body(carry: tuple, block_weights: dict) -> tuple:
+        def body(carry: tuple, _: Any) -> tuple:
             index, state, stacked = carry
+            block_weights = {t0: lax.dynamic_index_in_dim(stack, index + offset, keepdims=False)
+                             for t0, (stack, offset) in weights.items()}
             local = dict(values)  # what the blocks share: made before the run, the subgraph's inputs
             local.update((t0, c) for (t0, _, _), c in zip(region.carried, state))
             local.update((t0, lax.dynamic_index_in_dim(stack, index, keepdims=False)) for t0, stack in stacked.items())
@@ -391,8 +397,7 @@ class _XlaRunner(_PolicyRunner):
                 stacked[t0] = lax.dynamic_update_index_in_dim(stacked[t0], new, index, 0)
             return (index + 1, nxt, stacked), [self._value(sg, local, made(j, o)) for (j, o), _ in scanned_out]
 
-        (_, carry, stacks), collected = lax.scan(body, (xp.int32(0), initial, stacks), weights,
-                                                 length=region.count)
+        (_, carry, stacks), collected = lax.scan(body, (xp.int32(0), initial, stacks), None, length=region.count)
         for (_, per_block), stacked in zip(scanned_out, collected):
             for k, t in enumerate(per_block):
                 values[t] = stacked[k]
@@ -537,6 +542,13 @@ class XlaState:
         self.folded: dict[tuple[int, int], str] = {}      # (subgraph, tensor) -> params key of a folded op output
         self.stacked_key: dict[tuple[int, int], str] = {}  # (subgraph, template tensor) -> params key of a stack
         self.regions = self._repeated_blocks(model)        # subgraph -> layer_scan.RepeatedBlocks
+        # weights held in a stack, read elsewhere on their own (a layer that one signature loops over and another
+        # traces by itself): (subgraph, tensor) -> (stack key, block), so that the device holds them once
+        self.stack_slice: dict[tuple[int, int], tuple[str, int]] = {}
+        self.stacked_offset: dict[tuple[int, int], int] = {}  # (subgraph, template tensor) -> its first block's
+        self._stacks = self._plan_stacks(model)             # key -> the tensors stacked, block by block
+        self._stack_members = {(t.buffer, t.dtype, tuple(t.shape)): (key, k) for key, tensors in self._stacks.items()
+                               for k, t in enumerate(tensors) if t.buffer > 0}
         try:  # weights that do not fit on the device (or in the host, where they are copied) fail here
             self.params = self._device_params(model)
             self._stack_block_weights(model)
@@ -563,6 +575,10 @@ class XlaState:
         for sg in model.subgraphs:
             for t in sg.tensors:
                 if not _is_param(t, quantized_params, on_accelerator) or self._in_stack(sg, t):
+                    continue
+                member = self._stack_members.get((t.buffer, t.dtype, tuple(t.shape))) if t.buffer > 0 else None
+                if member is not None and t.sparsity is None:  # read from its stack: the device holds it once
+                    self.stack_slice[(sg.index, t.index)] = member
                     continue
                 shared = t.buffer > 0 and t.sparsity is None
                 key = f"buffer {t.buffer} {t.dtype}{list(t.shape)}" if shared else f"{sg.index}:{t.index}"
@@ -599,37 +615,60 @@ class XlaState:
                 found[sg.index] = blocks
         return found
 
-    def _in_stack(self, sg: Subgraph, t: Tensor) -> bool:
-        region = self.regions.get(sg.index)
-        return region is not None and t.index in region.stacked_tensors()
+    @staticmethod
+    def _stack_key(index: int, tensors: Sequence[Tensor]) -> str:
+        return f"stack {tensors[0].dtype}{list(tensors[0].shape)} buffers " + ",".join(
+            str(t.buffer) if t.buffer > 0 else f"{index}:{t.index}" for t in tensors)
 
-    def _stack_block_weights(self, model: Model) -> None:
-        """One parameter per stacked slot of each repeated-blocks region: the blocks' weights along a new first
-        axis, as the ``lax.scan`` over the blocks reads them (a slot of two subgraphs with the same buffers, the
-        ``prefill`` and ``decode`` of one decoder, shares its stack)."""
-        jax = jax_module()
-        native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
+    def _plan_stacks(self, model: Model) -> dict[str, list[Tensor]]:
+        """The stacks to hold: one per stacked weight slot, except that a slot whose weights are consecutive blocks
+        of a longer stack reads that one at an offset (``prefill`` may loop over fewer layers than ``decode``, the
+        first layer making what the others share): each weight is held once.  Longest slots first."""
+        slots = []
         for index, region in self.regions.items():
             sg = model.subgraphs[index]
             for t0, per_block in region.stacked:
                 tensors = [sg.tensors[t] for t in per_block]
-                if not _has_data(tensors[0]):
-                    continue  # a subgraph input per block (a KV cache): stacked in the program
-                key = f"stack {tensors[0].dtype}{list(tensors[0].shape)} buffers " + ",".join(
-                    str(t.buffer) if t.buffer > 0 else f"{index}:{t.index}" for t in tensors)
-                self.stacked_key[(index, t0)] = key
-                if key in self.params:
-                    continue
-                shape, dtype = _param_shape_dtype(tensors[0], self.storage, native_sub_byte)
-                if self.deviceless:
-                    self.params[key] = self._spec((len(tensors), *shape), dtype)
-                    continue
-                stack = np.empty((len(tensors), *shape), dtype)
-                for k, t in enumerate(tensors):  # one weight at a time: the host holds the stack once
-                    stack[k] = _param_array(t, native_sub_byte=native_sub_byte).astype(dtype, copy=False)
-                    release_file_pages(t.raw)
-                self.params[key] = jax.device_put(stack, self.device)
-                del stack
+                if _has_data(tensors[0]):  # not a subgraph input per block (a KV cache): stacked in the program
+                    slots.append((index, t0, tensors))
+        stacks: dict[str, list[Tensor]] = {}
+        where: dict[tuple, tuple[str, int]] = {}  # (buffer, dtype, shape) -> (stack key, block)
+        for index, t0, tensors in sorted(slots, key=lambda slot: -len(slot[2])):
+            first = where.get((tensors[0].buffer, tensors[0].dtype, tuple(tensors[0].shape)))
+            if first is not None and all(t.buffer > 0 for t in tensors) and all(
+                    where.get((t.buffer, t.dtype, tuple(t.shape))) == (first[0], first[1] + k)
+                    for k, t in enumerate(tensors)):
+                self.stacked_key[(index, t0)], self.stacked_offset[(index, t0)] = first
+                continue
+            key = self._stack_key(index, tensors)
+            stacks.setdefault(key, tensors)
+            self.stacked_key[(index, t0)], self.stacked_offset[(index, t0)] = key, 0
+            for k, t in enumerate(tensors):
+                if t.buffer > 0:
+                    where.setdefault((t.buffer, t.dtype, tuple(t.shape)), (key, k))
+        return stacks
+
+    def _in_stack(self, sg: Subgraph, t: Tensor) -> bool:
+        """Whether ``t`` is a block's weight of this subgraph's loop (read as a slice of its stack there)."""
+        region = self.regions.get(sg.index)
+        return region is not None and t.index in region.stacked_tensors()
+
+    def _stack_block_weights(self, model: Model) -> None:
+        """The planned stacks (``_plan_stacks``) as parameters: the blocks' weights along a new first axis, which
+        the loop over the blocks indexes (the ``prefill`` and ``decode`` of one decoder share them)."""
+        jax = jax_module()
+        native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
+        for key, tensors in self._stacks.items():
+            shape, dtype = _param_shape_dtype(tensors[0], self.storage, native_sub_byte)
+            if self.deviceless:
+                self.params[key] = self._spec((len(tensors), *shape), dtype)
+                continue
+            stack = np.empty((len(tensors), *shape), dtype)
+            for k, t in enumerate(tensors):  # one weight at a time: the host holds the stack once
+                stack[k] = _param_array(t, native_sub_byte=native_sub_byte).astype(dtype, copy=False)
+                release_file_pages(t.raw)
+            self.params[key] = jax.device_put(stack, self.device)
+            del stack
 
     @property
     def deviceless(self) -> bool:
