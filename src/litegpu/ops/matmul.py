@@ -563,10 +563,18 @@ def _blockwise_fc_partial_sums(xp: Any, ctx: OpContext, x: Any, w: Any, bias: An
     block, scales = _block_scales(ctx, units, depth)
     blocks = depth // block
     quantized, row_scale, row_zp = q.quantize_rows(xp, x, True)
-    centred = (quantized - row_zp).astype(xp.float32).reshape(-1, blocks, block)
     lax = ctx.lax
-    partial = lax.dot_general(centred, xp.asarray(w).reshape(units, blocks, block).astype(xp.float32),
-                              (((2,), (2,)), ((1,), (1,))), precision=lax.Precision.HIGHEST)  # [blocks, rows, units]
+    weights = xp.asarray(w).reshape(units, blocks, block).astype(xp.float32)
+    if x.shape[0] == 1:
+        # one row (a decode step): XLA GPU fuses the scales on the weight into the matrix-vector product (one
+        # kernel, nothing written but the result), where the partial sums would be [blocks, units] floats
+        scaled = (weights * xp.asarray(scales).astype(xp.float32)[:, :, None]).reshape(units, depth)
+        y = lax.dot_general((quantized - row_zp).astype(xp.float32), scaled, (((1,), (1,)), ((), ())),
+                            precision=lax.Precision.HIGHEST) * row_scale
+        return y if bias is None else y + bias
+    centred = (quantized - row_zp).astype(xp.float32).reshape(-1, blocks, block)
+    partial = lax.dot_general(centred, weights, (((2,), (2,)), ((1,), (1,))),
+                              precision=lax.Precision.HIGHEST)  # [blocks, rows, units]
     y = xp.sum(partial * xp.asarray(scales).astype(xp.float32).T[:, None, :], axis=0) * row_scale
     return y if bias is None else y + bias
 
