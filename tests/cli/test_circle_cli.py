@@ -75,7 +75,7 @@ def test_run_and_bench_a_circle_file(capsys, rms_circle):
 def test_ops_lists_circle_ops(capsys):
     code, out, _ = run_cli(capsys, "ops", "--json")
     builtin = json.loads(out)["builtin"]
-    for name in ("RMS_NORM", "INSTANCE_NORM", "ROPE", "GRU"):
+    for name in ("RMS_NORM", "INSTANCE_NORM", "ROPE", "GRU", "ATTENTION"):
         assert builtin[name]["formats"] == ["circle"] and builtin[name]["cpu"] and builtin[name]["gpu"]
     assert builtin["CONV_2D"]["formats"] == ["tflite", "circle"]
     code, out, _ = run_cli(capsys, "ops")

@@ -45,9 +45,13 @@ class Rope(Op):
             if table.shape[-1] != x.shape[-1]:
                 raise ModelExecutionError(f"{ctx.op}: the {name} table's last axis is {table.shape[-1]}, the input's "
                                           f"{x.shape[-1]}")
-        xp = ctx.xp
-        half = x.shape[-1] // 2
-        x0, x1 = x[..., :half], x[..., half:]
-        first = x0 * cos[..., :half] - x1 * sin[..., :half]
-        second = x0 * sin[..., half:] + x1 * cos[..., half:]
-        return xp.concatenate([first, second], axis=-1).astype(x.dtype)
+        return neox_rotate(ctx.xp, x, sin, cos)
+
+
+def neox_rotate(xp: Any, x: Any, sin: Any, cos: Any) -> Any:
+    """GPT_NEOX rotation of x's last axis by tables that broadcast against x (also ATTENTION's rotary step)."""
+    half = x.shape[-1] // 2
+    x0, x1 = x[..., :half], x[..., half:]
+    first = x0 * cos[..., :half] - x1 * sin[..., :half]
+    second = x0 * sin[..., half:] + x1 * cos[..., half:]
+    return xp.concatenate([first, second], axis=-1).astype(x.dtype)
