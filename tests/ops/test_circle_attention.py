@@ -23,8 +23,6 @@ from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder
 from litegpu.ops import Target, find
 
-tico_models = pytest.importorskip("tico_models")
-
 CASES = {
     "decode_gqa": {},
     "prefill_after_past": {"tokens": 3, "past": 5, "kv_heads": 4},
@@ -39,6 +37,7 @@ TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> dict:
+    tico_models = pytest.importorskip("tico_models")  # torch and tico; the hand-built models below need neither
     folder = tmp_path_factory.mktemp("llama_attention")
     return {name: tico_models.make_llama_attention(folder, **case) for name, case in CASES.items()}
 
