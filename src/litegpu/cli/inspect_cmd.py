@@ -213,12 +213,14 @@ def accelerator_flags(spec: str) -> int:
 
 def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
     from ..backends.engine import EngineSettings, fast_cpu_engines
-    from ..compile import plan
+    from ..compile import plan_model
 
     # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
     engines = fast_cpu_engines(EngineSettings(), model.tflite_file) \
         if cpu_kernels == "fast" else None
-    p = plan(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines)
+    planned = plan_model(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines,
+                         lowered_engines=lambda: fast_cpu_engines(EngineSettings()))
+    p, model = planned.plan, planned.model  # the partitions index the lowered model where circle ops were lowered
     partitions = [{
         "index": k, "accelerator": q.device, "engine": q.engine, "backend": q.target.value,
         "subgraph": q.subgraph_index,
@@ -235,7 +237,7 @@ def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
         "boundaries": [{"tensor": b.name, "index": b.tensor, "subgraph": b.subgraph, "shape": list(b.shape),
                         "dtype": b.dtype, "bytes": b.nbytes, "dynamic": b.dynamic, "from": b.producer,
                         "to": list(b.consumers), "crosses_devices": b.crosses_devices(p)} for b in p.boundaries],
-        "transfer_bytes": p.transfer_bytes(), "notes": list(p.notes),
+        "transfer_bytes": p.transfer_bytes(), "notes": list(p.notes), "circle_ops_lowered": planned.lowered,
     }
 
 

@@ -29,6 +29,7 @@ import math
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -513,6 +514,84 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     return result
 
 
+@dataclass(frozen=True)
+class PlannedModel:
+    """A plan with the model its partitions index: the model asked about, or that model with its circle-only
+    ops lowered to TFLite builtin ops (``lowered``) for the engines that read TFLite only."""
+
+    plan: DelegationPlan
+    model: Model
+    engines: dict | None     # the engines that planned it (they hold what they compiled for ``model``)
+    lowered: bool = False
+
+
+# What a compile cache keeps apart for a model whose circle-only ops were lowered: the rewrite keeps the model's
+# token but renumbers its ops, and partitions are cached by op indices.
+LOWERED_CACHE_KEY = {"circle_ops": "lowered to TFLite builtins (compile.circle_lowering)"}
+
+
+def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
+               engines: dict | None = None, lowered_engines: Any = None) -> PlannedModel:
+    """``plan``, and on the fast CPU path for a model with circle-only ops that have builtin lowerings
+    (``compile.circle_lowering``): the lowered model planned too, kept where the official interpreter or OpenVINO
+    then runs any of it (else XLA runs the original, exact ops whole, as before).  ``lowered_engines()`` makes the
+    engines for the lowered model, their cache entries kept apart (``LOWERED_CACHE_KEY``); None: ``engines``."""
+    from .circle_lowering import lower_circle_ops
+
+    flags = int(accelerators)
+    if cpu_kernels == "fast" and not flags & GPU and engines:  # a GPU plan runs circle-only ops on the GPU
+        lowered = lower_circle_ops(model)
+        if lowered is not model:
+            twin = lowered_engines() if lowered_engines is not None else engines
+            candidate = plan(lowered, flags, warn=False, cpu_kernels=cpu_kernels, engines=twin)
+            if {p.target for p in candidate.partitions} & {Target.OPENVINO, Target.LITERT} \
+                    and _lowered_is_faster(model, candidate, lowered, twin):
+                logger.info("%s: circle-only ops lowered to TFLite builtin ops: %s", model.source,
+                            candidate.engine_summary())
+                if warn:
+                    for note in candidate.notes:
+                        _warn(note, stacklevel=2)
+                return PlannedModel(candidate, lowered, twin, lowered=True)
+            for engine in twin.values():
+                engine.forget(lowered)
+    return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines), model, engines)
+
+
+def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict) -> bool:
+    """Whether the lowered model on the fast engines (``candidate``) runs faster than XLA runs the original
+    whole, timed alternately on sample inputs where the fast engines take all of it and it is small enough to
+    time (``LITERT_MEASURE_MAX_MACS``).  A plan that keeps XLA partitions (ops without a lowering) is not timed:
+    its fast-engine runs already hold real work (``MIN_OPENVINO_RUN_MACS``), which XLA's kernels run slower
+    (BENCHMARKS.md); nor is a bigger model, for the same reason.  A tiny model is where the answer varies:
+    XNNPACK's call costs about 4 us where XLA's costs 40, but a small decoder of 124 builtin ops ran 0.087 ms
+    on XNNPACK (2 threads) against 0.068 on XLA (BENCHMARKS.md, circle models)."""
+    from ..backends.engine import XlaCpuEngine, fastest, sample_inputs
+    from ..errors import LiteGpuError
+
+    if any(p.target not in (Target.OPENVINO, Target.LITERT) for p in candidate.partitions) \
+            or model_macs(lowered) > LITERT_MEASURE_MAX_MACS:
+        return True
+    fast = []
+    for p in candidate.partitions:
+        engine = engines[p.engine]
+        try:
+            fast.append((engine.compile(lowered, p.op_range(), engine.settings, getattr(engine, "cache", None),
+                                        getattr(engine, "cache_key", None)), sample_inputs(lowered, p.op_range())))
+        except LiteGpuError as e:  # it would fail at run time too: XLA runs the original
+            logger.info("%s: %s", model.source, e)
+            return False
+    xla, settings = XlaCpuEngine(), next(iter(engines.values())).settings
+    exact = []
+    for p in _whole_model(model, CPU, Target.XLA_CPU):
+        exact.append((xla.compile(model, p.op_range(), settings), sample_inputs(model, p.op_range())))
+    # Blocks of calls: one call each in turn times a multi-threaded XNNPACK waking its idle threads after every XLA
+    # call (a 0.006 ms model timed at 0.033 ms), not the back-to-back calls a model serves.
+    winner, medians = fastest({"lowered": fast * TIMED_BLOCK_CALLS, "xla": exact * TIMED_BLOCK_CALLS})
+    logger.info("%s: circle-only ops lowered (%s) against XLA: %s", model.source, candidate.engine_summary(),
+                ", ".join(f"{n} {t / TIMED_BLOCK_CALLS * 1e3:.4f} ms" for n, t in medians.items()))
+    return winner == "lowered"
+
+
 def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: dict | None = None) -> DelegationPlan:
     if cpu_kernels == "reference":
         reference_refused = _refusals(model, Target.REFERENCE)
@@ -631,6 +710,8 @@ CPU_KERNELS = ("fast", "builtin", "reference")
 # about 1.5 s; the verdict is kept in the compile cache).  Above it OpenVINO runs them: it was faster than
 # XNNPACK on every such model measured (batch 8 of ResNet50, Inception, ConvNeXt, VGG16, DenseNet).
 LITERT_MEASURE_MAX_MACS = 20_000_000_000
+# Calls per timed round when a lowered circle model is timed against XLA (``_lowered_is_faster``).
+TIMED_BLOCK_CALLS = 20
 # The scope of a timing verdict that covers the whole model (its entry subgraphs).
 WHOLE = "whole model"
 # An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of

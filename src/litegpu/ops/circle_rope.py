@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import ModelExecutionError, UnsupportedOpError
 from .registry import Op, OpContext, register
 
@@ -34,6 +36,30 @@ class Rope(Op):
         if reason is None and (len(shape) != 4 or shape[-1] % 2):
             reason = f"input shape {list(shape)} (ROPE takes [B, heads, S, D] with D even)"
         return reason
+
+    def builtin_lowering(self, op, subgraph, g) -> bool:
+        """The halves cut out with SLICE, the two products of each half, CONCATENATION: the same float32
+        operations as ``neox_rotate``."""
+        x, sin, cos = op.inputs[:3]
+        shape = g.shape(x)
+        half = shape[-1] // 2
+
+        def halves(t: int) -> tuple[int, int]:
+            lead = len(g.shape(t)) - 1
+            part = g.shape(t)[:-1] + (half,)
+            size = g.constant(np.array([-1] * lead + [half], np.int32))
+            return tuple(g.op("SLICE", [t, g.constant(np.array([0] * lead + [start], np.int32)), size], part)
+                         for start in (0, half))
+
+        (x0, x1), (s0, s1), (c0, c1) = halves(x), halves(sin), halves(cos)
+
+        def product(a: int, b: int) -> int:
+            return g.op("MUL", [a, b], np.broadcast_shapes(g.shape(a), g.shape(b)))
+
+        first = g.op("SUB", [product(x0, c0), product(x1, s0)], shape[:-1] + (half,))
+        second = g.op("ADD", [product(x0, s1), product(x1, c1)], shape[:-1] + (half,))
+        g.op("CONCATENATION", [first, second], shape, output=op.outputs[0], axis=len(shape) - 1)
+        return True
 
     def compute(self, ctx: OpContext, x: Any, sin: Any, cos: Any) -> Any:
         if ctx.options.mode != "GPT_NEOX":
