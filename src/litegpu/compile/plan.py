@@ -545,7 +545,7 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
             twin = lowered_engines() if lowered_engines is not None else engines
             candidate = plan(lowered, flags, warn=False, cpu_kernels=cpu_kernels, engines=twin)
             if {p.target for p in candidate.partitions} & {Target.OPENVINO, Target.LITERT} \
-                    and _lowered_is_faster(model, candidate, lowered, twin):
+                    and _lowered_is_faster(model, candidate, lowered, twin, engines):
                 logger.info("%s: circle-only ops lowered to TFLite builtin ops: %s", model.source,
                             candidate.engine_summary())
                 if warn:
@@ -557,7 +557,8 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
     return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines), model, engines)
 
 
-def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict) -> bool:
+def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict,
+                       original_engines: dict) -> bool:
     """Whether the lowered model on the fast engines (``candidate``) runs faster than XLA runs the original
     whole, timed alternately on sample inputs where the fast engines take all of it and it is small enough to
     time (``LITERT_MEASURE_MAX_MACS``).  A plan that keeps XLA partitions (ops without a lowering) is not timed:
@@ -580,10 +581,13 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
         except LiteGpuError as e:  # it would fail at run time too: XLA runs the original
             logger.info("%s: %s", model.source, e)
             return False
-    xla, settings = XlaCpuEngine(), next(iter(engines.values())).settings
+    # XLA's program for the original, in the original's compile cache entries: a warm start does not compile it
+    reference = next(iter(original_engines.values()))
+    xla, settings = XlaCpuEngine(), reference.settings
     exact = []
     for p in _whole_model(model, CPU, Target.XLA_CPU):
-        exact.append((xla.compile(model, p.op_range(), settings), sample_inputs(model, p.op_range())))
+        exact.append((xla.compile(model, p.op_range(), settings, getattr(reference, "cache", None),
+                                  getattr(reference, "cache_key", None)), sample_inputs(model, p.op_range())))
     # Blocks of calls: one call each in turn times a multi-threaded XNNPACK waking its idle threads after every XLA
     # call (a 0.006 ms model timed at 0.033 ms), not the back-to-back calls a model serves.
     winner, medians = fastest({"lowered": fast * TIMED_BLOCK_CALLS, "xla": exact * TIMED_BLOCK_CALLS})

@@ -5,7 +5,7 @@ Where the op comes from.  tico (0.3) emits ATTENTION only through its onert adap
 ``transformers``' ``LlamaAttention.forward`` before ``tico.convert``; the op's torch body
 (``circle_custom::attention``) returns None, so what the op computes is what the module it replaces
 computes.  Its eleven inputs, in tico's order, with the shapes tico writes (measured on exports of
-``LlamaAttention`` with transformers 4.52):
+``LlamaAttention`` with transformers 4.52 and 4.55):
 
     0 hidden [B, S, D]      1 wq [H*hd, D]   2 wk [KV*hd, D]   3 wv [KV*hd, D]   4 wo [D', H*hd]
     5 cos [B|1, S, hd]      6 sin [B|1, S, hd]                 7 mask [B|1, H|1, S, K]
