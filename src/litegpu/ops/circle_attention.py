@@ -42,9 +42,8 @@ What ONE's runtime says.  onert 0.1.0 (PyPI) refuses to load the op ("Unsupporte
 version of ONE's ``runtime/onert/backend/cpu/ops/AttentionLayer.cc`` is a stub throwing "not implemented
 yet" whose interface (plus a ``layer_idx`` the schema lacks) describes a fixed cache written at ``pos``;
 another (Samsung/ONE at aa5d491f) implements that one: batch 1, one token, no grouped heads, a cache
-laid out [B, L, H, hd] (not Hugging Face's
-[B, KV, L, hd], which is what tico writes), the new key stored into the input cache at ``pos``, and a
-mask of a 32-aligned key count.  Those files are not the ones tico makes, and shapes alone cannot
+laid out [B, L, H, hd] (not Hugging Face's [B, KV, L, hd], which is what tico writes), the new key
+stored into the input cache at ``pos``, and a mask of a 32-aligned key count.  Those files are not the ones tico makes, and shapes alone cannot
 always tell the layouts apart (they coincide when L equals the head count), so litegpu runs the
 layout tico emits and checks it against torch; onert's layout is not run.
 """
