@@ -463,7 +463,7 @@ def warn_fallbacks(plan: DelegationPlan, stacklevel: int = 2) -> None:
 # ---- the plan -------------------------------------------------------------------------------
 
 def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
-         engines: dict | None = None) -> DelegationPlan:
+         engines: dict | None = None, stacklevel: int = 2) -> DelegationPlan:
     """Decide where ``model`` runs for the requested accelerator flags, without touching a device.
 
     ``cpu_kernels`` picks the CPU engines (``CpuOptions.kernel_mode``): "fast" gives each op OpenVINO
@@ -498,7 +498,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
             split = _split(model, flags)
             if split.unsupported:
                 if warn:
-                    warn_fallbacks(split, stacklevel=2)
+                    warn_fallbacks(split, stacklevel=stacklevel)
                 return split
             return DelegationPlan(flags, "GPU", Target.XLA_GPU, _whole_model(model, GPU, Target.XLA_GPU),
                                   num_ops=split.num_ops)
@@ -510,7 +510,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
                             tuple(notes) + whole.notes)
     if warn:
         for note in result.notes:
-            _warn(note, stacklevel=2)
+            _warn(note, stacklevel=stacklevel)
     return result
 
 
@@ -550,11 +550,13 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
                             candidate.engine_summary())
                 if warn:
                     for note in candidate.notes:
-                        _warn(note, stacklevel=2)
+                        _warn(note, stacklevel=2)  # plan_model's caller
                 return PlannedModel(candidate, lowered, twin, lowered=True)
             for engine in twin.values():
                 engine.forget(lowered)
-    return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines), model, engines)
+    # warnings name plan_model's caller, as plan's name its own
+    return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines, stacklevel=3), model,
+                        engines)
 
 
 def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict,
