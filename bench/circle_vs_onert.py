@@ -3,11 +3,12 @@
 The files are tico's conversions of the test models in ``tests/tico_models.py``, and models with ggml
 weights built with litegpu's builder (``ggml_models``: what onert runs of them, FULLY_CONNECTED without
 bias on q4_0 / q8_0 weights and GATHER on a q4_0 table, blocks packed by ``tests/ops/test_circle_weights.py``).
-Each round times ``--calls`` calls of one runtime and then of the other, the order flipping
-every round, so that both see the same machine state; the figure is the median per-call time over the
-rounds. onert's CPU backend reads its thread count from the environment (``NUM_THREADS``).
+Each round times ``--calls`` calls of litegpu (default fast CPU path), onert and litegpu with the builtin
+kernels (XLA: what the fast path ran for a model with a circle-only op before such ops were lowered for the
+official interpreter and OpenVINO), the order rotating every round, so that all see the same machine state;
+the figure is the median per-call time over the rounds. onert's CPU backend reads its thread count from the environment (``NUM_THREADS``).
 
-    python bench/circle_vs_onert.py [--rounds 15] [--calls 50] [--json bench/circle_vs_onert.json]
+    python bench/circle_vs_onert.py [--rounds 15] [--calls 50] [--tico] [--json bench/circle_vs_onert.json]
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", default="", help="run only the models whose name contains this (e.g. ggml)")
+    parser.add_argument("--tico", action="store_true", help="only the tico-made models (no ggml weights)")
     args = parser.parse_args()
 
     import onert
@@ -60,30 +62,40 @@ def main() -> None:
 
     folder = Path(tempfile.mkdtemp(prefix="circle-bench-"))
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=THREADS))
+    builtin = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(
+        num_threads=THREADS, kernel_mode=litegpu.CpuKernelMode.BUILTIN))
     rows = []
     made_models = [tico_models.make(name, folder) for name in tico_models.MODELS if args.only in name]
-    made_models += [m for m in ggml_models(folder) if args.only in m.name]
+    if not args.tico:
+        made_models += [m for m in ggml_models(folder) if args.only in m.name]
     for made in made_models:
         name = made.name
         ours = litegpu.CompiledModel.from_file(str(made.path), options=options)
-        session = onert.infer.session(str(made.path), "cpu")
+        # the plan before circle-only ops were lowered for the fast engines: XLA runs a model that has any whole
+        exact = litegpu.CompiledModel.from_file(str(made.path), options=builtin)
+        runners = {"litegpu": lambda: ours(*made.inputs), "litegpu builtin": lambda: exact(*made.inputs)}
+        why = None
         try:
+            session = onert.infer.session(str(made.path), "cpu")
             session.infer(made.inputs)
-        except Exception as e:  # onert refuses to prepare some models
-            rows.append({"model": name, "onert": None, "litegpu": None, "why": str(e).splitlines()[0][:120]})
-            print(f"{name}: onert refuses it ({rows[-1]['why']})")
-            continue
-        runners = {"litegpu": lambda: ours(*made.inputs), "onert": lambda: session.infer(made.inputs)}
+            runners["onert"] = lambda: session.infer(made.inputs)
+        except Exception as e:  # onert refuses to prepare some models: litegpu's two plans are still timed
+            why = str(e).splitlines()[0][:120]
+            print(f"{name}: onert refuses it ({why})")
         for run in runners.values():  # warm up both
             per_call_ms(run, 20)
         times = {k: [] for k in runners}
         for r in range(args.rounds):
-            for key in (("litegpu", "onert") if r % 2 == 0 else ("onert", "litegpu")):
+            order = list(runners)[r % len(runners):] + list(runners)[:r % len(runners)]  # rotated every round
+            for key in order:
                 times[key].append(per_call_ms(runners[key], args.calls))
         row = {"model": name, "ops": sum(read_ops(made.path).values()),
                "engines": ours.plan.engine_summary(),
                **{k: round(statistics.median(v), 4) for k, v in times.items()}}
-        row["onert / litegpu"] = round(row["onert"] / row["litegpu"], 2)
+        row["onert / litegpu"] = round(row["onert"] / row["litegpu"], 2) if "onert" in row else None
+        row["builtin / litegpu"] = round(row["litegpu builtin"] / row["litegpu"], 2)
+        if why is not None:
+            row["onert refuses"] = why
         rows.append(row)
         print(json.dumps(row))
     result = {"machine": f"{cpu_name()}, {os.cpu_count()} cores", "threads": THREADS,

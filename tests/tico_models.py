@@ -2,12 +2,16 @@
 inputs and torch's own outputs: the circle test models of tests/runtime and tests/gpu.
 
 ``make(name, folder)`` converts one model (about a second each) and returns a ``TicoModel``; tests
-skip when torch or tico is missing.
+skip when torch or tico is missing.  ``make_llama_attention(folder, ...)`` exports Hugging Face's
+``LlamaAttention`` through tico's onert adapter, which fuses it into circle's ATTENTION op; it needs
+``transformers`` (the versions tico 0.3's adapter reads, below 4.56) and skips without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,3 +153,103 @@ def make(name: str, folder: Path) -> TicoModel:
     tico.convert(module, tuple(torch.from_numpy(x) for x in inputs)).save(str(path))
     outputs = expected if isinstance(expected, tuple) else (expected,)
     return TicoModel(name, path, inputs, [o.numpy() for o in outputs])
+
+
+# tico 0.3's onert adapter reads ``DynamicCache.key_cache`` and takes LlamaAttention's ``past_key_value``
+# argument, both gone in transformers 4.56.
+TRANSFORMERS_FOR_ADAPTER = ((4, 52), (4, 56))
+
+
+def _transformers():
+    transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'litegpu[circle]')")
+    version = tuple(int(p) for p in transformers.__version__.split(".")[:2])
+    low, high = TRANSFORMERS_FOR_ADAPTER
+    if not low <= version < high:
+        pytest.skip(f"tico's onert attention adapter needs transformers >= {low}, < {high}; found "
+                    f"{transformers.__version__}")
+    return transformers
+
+
+@contextlib.contextmanager
+def onert_attention_adapter():
+    """LlamaAttention.forward replaced by tico's adapter (which emits ATTENTION) for one conversion."""
+    from tico.serialize.operators.adapters.onert.llama_attention import llama_attention_forward_adapter
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    original = LlamaAttention.forward
+    LlamaAttention.forward = llama_attention_forward_adapter
+    try:
+        yield
+    finally:
+        LlamaAttention.forward = original
+
+
+class CachedAttention(nn.Module):
+    """LlamaAttention called with its cache built from input tensors, so that the caches become graph inputs
+    (as in a whole model exported with its cache): the adapter reads ``key_cache[0]`` / ``value_cache[0]``."""
+
+    def __init__(self, attention, cache):
+        super().__init__()
+        self.attention, self.cache = attention, cache
+
+    def forward(self, hidden, cos, sin, mask, past_key, past_value, cache_position):
+        self.cache.key_cache[0], self.cache.value_cache[0] = past_key, past_value
+        return self.attention(hidden, (cos, sin), mask, self.cache, cache_position)[0]
+
+
+def make_llama_attention(folder: Path, *, batch: int = 1, tokens: int = 1, past: int = 4, hidden: int = 32,
+                         heads: int = 4, kv_heads: int = 2, head_dim: int | None = None, cache: str = "dynamic",
+                         start: int | None = None, padding: int = 0, seed: int = 0) -> TicoModel:
+    """Hugging Face's LlamaAttention (random weights) exported as one ATTENTION op, its inputs, and torch's
+    output from the unpatched module with the same cache.
+
+    ``cache="dynamic"``: a DynamicCache holding ``past`` positions, the new ``tokens`` after them.
+    ``cache="static"``: a StaticCache of ``past`` slots, the new tokens written from slot ``start``.
+    The mask is Hugging Face's additive causal mask, its first ``padding`` keys masked for batch row 0."""
+    _transformers()
+    from transformers.cache_utils import DynamicCache, StaticCache
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaConfig, LlamaRotaryEmbedding
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         head_dim=head_dim or hidden // heads, intermediate_size=2 * hidden, num_hidden_layers=1,
+                         attn_implementation="eager")
+    module = LlamaAttention(config, layer_idx=0).eval()
+    dim = config.head_dim
+    first = past if cache == "dynamic" else start
+    keys = past + tokens if cache == "dynamic" else past
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.uniform(-1, 1, (batch, tokens, hidden)).astype(np.float32))
+    positions = torch.arange(first, first + tokens)
+    cos, sin = LlamaRotaryEmbedding(config)(x, positions[None].expand(batch, -1))
+    visible = torch.arange(keys)[None, :] <= positions[:, None]           # causal: key j for query at position p
+    mask = torch.zeros(batch, 1, tokens, keys)
+    mask.masked_fill_(~visible, torch.finfo(torch.float32).min)
+    mask[0, :, :, :padding] = torch.finfo(torch.float32).min
+    past_key, past_value = (torch.from_numpy(rng.normal(0, 1, (batch, kv_heads, past, dim)).astype(np.float32))
+                            for _ in range(2))
+
+    def new_cache():
+        if cache == "dynamic":
+            return DynamicCache()
+        return StaticCache(config=config, max_batch_size=batch, max_cache_len=past)
+
+    with torch.no_grad():
+        reference = new_cache()
+        if cache == "dynamic":
+            reference.update(past_key.clone(), past_value.clone(), 0)
+        else:
+            reference.key_cache[0].copy_(past_key)
+            reference.value_cache[0].copy_(past_value)
+        expected = module(x, (cos, sin), mask, past_key_value=reference, cache_position=positions)[0]
+    cache_holder = new_cache()
+    if cache == "dynamic":  # the adapter indexes key_cache[layer_idx]: give the cache its layer
+        cache_holder.update(past_key, past_value, 0)
+    inputs = (x, cos, sin, mask, past_key, past_value, positions)
+    name = f"llama_attention_{cache}_b{batch}_s{tokens}_p{past}_h{heads}_kv{kv_heads}"
+    path = folder / f"{name}.circle"
+    with onert_attention_adapter(), warnings.catch_warnings():
+        # torch.export notes that forward stores the inputs in the cache object: that is the point
+        warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
+        tico.convert(CachedAttention(module, cache_holder).eval(), inputs).save(str(path))
+    return TicoModel(name, path, [t.numpy() for t in inputs], [expected.numpy()])

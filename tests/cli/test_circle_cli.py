@@ -53,7 +53,11 @@ def test_inspect_names_the_format_and_circle_ops(capsys, rms_circle):
     info = json.loads(out)
     assert info["format"] == "circle" and info["subgraphs"][0]["ops"] == {"RMS_NORM": 1}
     code, out, _ = run_cli(capsys, "inspect", str(rms_circle), "--accelerator", "cpu")
-    assert code == 0 and "RMS_NORM" in out
+    assert code == 0 and "RMS_NORM" in out  # run by XLA, or lowered for the fast engines, as the plan says
+    code, out, _ = run_cli(capsys, "inspect", str(rms_circle), "--accelerator", "cpu", "--json")
+    plan = json.loads(out)["plan"]
+    lowered_engines = {q["engine"] for q in plan["partitions"]} & {"litert", "openvino"}
+    assert plan["circle_ops_lowered"] == (["RMS_NORM"] if lowered_engines else [])
 
 
 def test_dump_shows_circle_fields(capsys, rms_circle):
@@ -75,7 +79,7 @@ def test_run_and_bench_a_circle_file(capsys, rms_circle):
 def test_ops_lists_circle_ops(capsys):
     code, out, _ = run_cli(capsys, "ops", "--json")
     builtin = json.loads(out)["builtin"]
-    for name in ("RMS_NORM", "INSTANCE_NORM", "ROPE", "GRU"):
+    for name in ("RMS_NORM", "INSTANCE_NORM", "ROPE", "GRU", "ATTENTION"):
         assert builtin[name]["formats"] == ["circle"] and builtin[name]["cpu"] and builtin[name]["gpu"]
     assert builtin["CONV_2D"]["formats"] == ["tflite", "circle"]
     code, out, _ = run_cli(capsys, "ops")

@@ -30,3 +30,11 @@ def test_tico_model_on_the_gpu_matches_torch(made, name):
     for got, want in zip(out if isinstance(out, tuple) else (out,), m.torch_outputs, strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
     assert model.is_fully_accelerated(), model.plan.engine_summary()  # every op, circle-only ones included, on the GPU
+
+
+@pytest.mark.parametrize("case", [{}, {"cache": "static", "past": 8, "start": 5}], ids=["dynamic", "static"])
+def test_fused_llama_attention_on_the_gpu_matches_torch(tmp_path, case):
+    m = tico_models.make_llama_attention(tmp_path, **case)
+    model = compiled(m.path)
+    np.testing.assert_allclose(np.asarray(model(*m.inputs)), m.torch_outputs[0], rtol=1e-4, atol=1e-5)
+    assert model.is_fully_accelerated(), model.plan.engine_summary()

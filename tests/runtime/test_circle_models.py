@@ -64,6 +64,25 @@ def test_tico_model_matches_torch_and_onert(made, onert_results, name, kernel_mo
             np.testing.assert_allclose(got, want.reshape(got.shape), **TOLERANCE, err_msg=f"{name} against onert")
 
 
+ATTENTION_CASES = {"dynamic_cache": {}, "static_cache": {"cache": "static", "past": 8, "start": 5}}
+
+
+@pytest.fixture(scope="module")
+def llama_attention(tmp_path_factory) -> dict:
+    """Hugging Face's LlamaAttention fused by tico into circle's ATTENTION (tests/ops/test_circle_attention.py
+    has more shapes); onert 0.1.0 refuses to load that op, so torch is the reference."""
+    folder = tmp_path_factory.mktemp("llama_attention")
+    return {name: tico_models.make_llama_attention(folder, **case) for name, case in ATTENTION_CASES.items()}
+
+
+@pytest.mark.parametrize("kernel_mode", [None, lg.CpuKernelMode.BUILTIN], ids=["fast", "builtin"])
+@pytest.mark.parametrize("name", list(ATTENTION_CASES))
+def test_fused_llama_attention_matches_torch(llama_attention, name, kernel_mode):
+    m = llama_attention[name]
+    ours = run(m.path, m.inputs, cpu_options(kernel_mode))
+    np.testing.assert_allclose(ours[0], m.torch_outputs[0], **TOLERANCE)
+
+
 @pytest.mark.skipif(not have_onert(), reason="needs onert (pip install onert)")
 def test_onert_ran_the_models_it_is_known_to_run(onert_results):
     """So that the comparisons above cannot all be skipped unnoticed."""

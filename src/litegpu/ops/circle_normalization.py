@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import ModelExecutionError
 from .common import fused_activation
 from .registry import Op, OpContext, register
@@ -46,6 +48,29 @@ class InstanceNorm(Op):
         if reason is None and rank not in (3, 4):
             reason = f"rank {rank} input (ONE's kernels take rank 3 [N, C, D] and rank 4 NHWC)"
         return reason
+
+    def builtin_lowering(self, op, subgraph, g) -> bool:
+        """mean and variance by MEAN over the normalised axes (two passes in float32, where ONE takes
+        E[x^2] - E[x]^2 in double), RSQRT, gamma and beta reshaped to the channel axis, the activation fused
+        into the last ADD (ADD takes the same activations)."""
+        x, gamma, beta = op.inputs[:3]
+        shape = g.shape(x)
+        axes, channel_shape = ((1, 2), (1, 1, 1, -1)) if len(shape) == 4 else ((2,), (1, -1, 1))
+        reduced = tuple(1 if a in axes else d for a, d in enumerate(shape))
+        over = g.constant(np.array(axes, np.int32))
+        mean = g.op("MEAN", [x, over], reduced, keep_dims=True)
+        centred = g.op("SUB", [x, mean], shape)
+        var = g.op("MEAN", [g.op("MUL", [centred, centred], shape), over], reduced, keep_dims=True)
+        inv = g.op("RSQRT", [g.op("ADD", [var, g.constant(np.float32(op.options.epsilon))], reduced)], reduced)
+
+        def per_channel(t: int) -> int:  # [C] or [1] -> broadcastable along the channel axis
+            target = tuple(g.shape(t)[0] if d == -1 else d for d in channel_shape)
+            return g.op("RESHAPE", [t, g.constant(np.array(target, np.int32))], target)
+
+        scaled = g.op("MUL", [g.op("MUL", [centred, inv], shape), per_channel(gamma)], shape)
+        g.op("ADD", [scaled, per_channel(beta)], shape, output=op.outputs[0],
+             fused_activation_function=op.options.get("fused_activation_function", "NONE"))
+        return True
 
     def compute(self, ctx: OpContext, x: Any, gamma: Any, beta: Any) -> Any:
         xp = ctx.xp
@@ -75,6 +100,22 @@ class RmsNorm(Op):
         if reason is None and not subgraph.tensors[op.inputs[0]].shape:
             reason = "scalar input (RMS_NORM normalises along the last axis)"
         return reason
+
+    def builtin_lowering(self, op, subgraph, g) -> bool:
+        """x * RSQRT(MEAN(x * x) + epsilon) * gamma (+ beta), in float32 (ONE accumulates in double)."""
+        x, gamma = op.inputs[:2]
+        beta = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        shape = g.shape(x)
+        reduced = shape[:-1] + (1,)
+        square = g.op("MUL", [x, x], shape)
+        mean = g.op("MEAN", [square, g.constant(np.array([len(shape) - 1], np.int32))], reduced, keep_dims=True)
+        inv = g.op("RSQRT", [g.op("ADD", [mean, g.constant(np.float32(op.options.epsilon))], reduced)], reduced)
+        normed = g.op("MUL", [x, inv], shape)
+        if beta is None:
+            g.op("MUL", [normed, gamma], shape, output=op.outputs[0])
+        else:
+            g.op("ADD", [g.op("MUL", [normed, gamma], shape), beta], shape, output=op.outputs[0])
+        return True
 
     def compute(self, ctx: OpContext, x: Any, gamma: Any, beta: Any = None) -> Any:
         xp = ctx.xp

@@ -129,6 +129,14 @@ class Op:
     def lower(self, ctx: OpContext, *inputs: Any) -> Any:
         return self.compute(ctx, *inputs)
 
+    def builtin_lowering(self, op: Operator, subgraph: Subgraph, g: Any) -> bool:
+        """Emit ``op`` as TFLite builtin ops, for the engines that read TFLite only (the official interpreter,
+        OpenVINO): circle-only ops define it where builtin ops compute the same thing in float32.  ``g`` is the
+        rewriter's emitter (``compile.circle_lowering``): ``g.constant(values)`` and ``g.op(name, inputs, shape,
+        output=None, **options)`` return tensor indices, the last op writing ``op``'s own output.  Return False,
+        having emitted nothing, where this op instance has no lowering (the op then stays as it is)."""
+        return False
+
     def input_dtype(self, op: Operator, subgraph: Subgraph) -> str | None:
         for i in op.inputs:
             if i >= 0:

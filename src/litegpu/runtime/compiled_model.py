@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..compile import CPU, GPU, NPU, DelegationPlan, plan
+from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, DelegationPlan, plan_model
 from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
                       TensorBufferError)
 from ..ir import numpy_dtype
@@ -167,8 +167,12 @@ class CompiledModel:
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
         self._cpu_engines = self._engines()
-        chosen = plan(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._cpu_kernels(wanted),
-                      engines=self._cpu_engines)
+        planned = plan_model(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._cpu_kernels(wanted),
+                             engines=self._cpu_engines,
+                             lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
+        chosen, self._planned_ir, self._cpu_engines = planned.plan, planned.model, planned.engines
+        if planned.lowered and self._cache is not None:  # its partitions index the lowered model's ops
+            self._cache_key = {**self._cache_key, **LOWERED_CACHE_KEY}
         if reasons:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
@@ -447,15 +451,17 @@ class CompiledModel:
         key = {"model_token": token, "litegpu": litegpu_version()}
         return CompileCache(directory), key
 
-    def _engines(self) -> dict[str, Any]:
+    def _engines(self, cache_key: dict | None = None) -> dict[str, Any]:
         """The CPU engines the planner may ask, holding this model's compile cache (OpenVINO's answer on
-        which ops it converts, and which engine ran the model faster, are cached there too)."""
+        which ops it converts, and which engine ran the model faster, are cached there too); ``cache_key``
+        overrides the model's (a rewritten model's entries kept apart)."""
         if self._options.cpu_options.kernels != "fast":
             return {}
         from ..backends.engine import fast_cpu_engines
 
-        found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, self._cache_key,
-                                 whole_file=self._xla_ir is self._ir)
+        key = self._cache_key if cache_key is None else cache_key
+        found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, key,
+                                 whole_file=self._xla_ir is self._ir and cache_key is None)
         allowed = self._options.cpu_options.engines
         return found if allowed is None else {name: e for name, e in found.items() if name in allowed}
 
@@ -506,7 +512,7 @@ class CompiledModel:
         if self._state is None:
             from .partitioned import PartitionedModel
 
-            self._state = PartitionedModel(self._xla_ir, self._plan, precision=self._options.precision,
+            self._state = PartitionedModel(self._planned_ir, self._plan, precision=self._options.precision,
                                            device=self._environment.device, cache=self._cache,
                                            cache_key=self._cache_key, engine_settings=self._engine_settings(),
                                            engines=self._cpu_engines,
