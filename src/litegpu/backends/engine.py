@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +33,7 @@ from .graph import OpRange
 class EngineSettings:
     """What a compiled partition depends on besides the model: part of its cache key."""
 
-    num_threads: int = 0            # 0: the engine's default (all cores)
+    num_threads: int = 0            # 0: the engine's default (the physical cores, ``physical_cores``)
     precision: str = "fp32"         # "fp32", or a reduced precision the user asked for ("bf16", "fp16")
     approximate_integers: bool = False  # integer / hybrid ops may run with an engine's own int8 arithmetic
     exact_integers: bool = False        # integer / hybrid ops only on the exact TFLite kernels (not XNNPACK's)
@@ -209,6 +211,27 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=1)
+def physical_cores() -> int:
+    """The physical cores this process may run on: the default thread count of every engine, as ONNX Runtime,
+    OpenVINO and PyTorch choose theirs (a second hardware thread of a core adds little to dense kernels and
+    contends with the first).  Read from the kernel's CPU topology over the CPUs of the process's affinity mask;
+    where there is no topology to read, every CPU the process may use."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/physical_package_id") as package, open(f"{topology}/core_id") as core:
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            return max(1, len(allowed))
+    return max(1, len(cores))
+
+
 def sample_inputs(model: Model, op_range: OpRange, seed: int = 0) -> list[Any]:
     """Inputs to time a partition with: floats drawn from a normal distribution, integers and booleans
     zero (always a valid index, token or length)."""
@@ -291,4 +314,4 @@ ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "refer
 
 __all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "ReferenceEngine",
            "SUB_BYTE_DTYPES", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest", "integer_arithmetic",
-           "is_weight_dequantize", "sample_inputs"]
+           "is_weight_dequantize", "physical_cores", "sample_inputs"]

@@ -14,7 +14,7 @@ OpenVINO partition of a split model, where timing says it is faster (``faster_th
   registered from Python run in litegpu only.
 - **Compile** creates one interpreter per model, shared by the model's signatures so that resource
   variables keep one state, with the thread count asked for (the official default is one thread; litegpu's
-  default, ``num_threads=0``, means every core); a part of a subgraph is cut out as a sub-model
+  default, ``num_threads=0``, means the physical cores); a part of a subgraph is cut out as a sub-model
   (``ir.extract``) with an interpreter of its own.  XNNPACK packs the weights at the first run: nothing to
   cache but the timing verdict.
 - **Run** writes the inputs into the interpreter, invokes it and copies the outputs out (the next run would
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +36,8 @@ from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ops import Target
-from .engine import SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic
+from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic,
+                     physical_cores)
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,8 @@ def litert_version() -> str:
 
 
 def thread_count(settings: EngineSettings) -> int:
-    """``num_threads=0`` is litegpu's "every core"; the official interpreter's default would be one thread."""
-    return settings.num_threads if settings.num_threads > 0 else (os.cpu_count() or 1)
+    """``num_threads=0`` is litegpu's default, the physical cores; the official interpreter's would be one thread."""
+    return settings.num_threads if settings.num_threads > 0 else physical_cores()
 
 
 class LiteRtEngine(Engine):

@@ -40,7 +40,7 @@ from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, integer_arithmetic
+from .engine import Engine, EngineSettings, Executable, integer_arithmetic, physical_cores
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -335,8 +335,9 @@ class OpenVinoExecutable(Executable):
         # VM: 0.062 -> 0.042 ms on a tiny model, 1.30 -> 1.13 ms on MobileNetV3; BENCHMARKS.md).
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY",
                                   "ENABLE_CPU_PINNING": False}
-        if self.settings.num_threads > 0:
-            config["INFERENCE_NUM_THREADS"] = int(self.settings.num_threads)
+        # the physical cores by default, as the other engines: OpenVINO's own default is the same count on most
+        # machines, but named here it follows the process's affinity mask and is part of the cache key
+        config["INFERENCE_NUM_THREADS"] = int(self.settings.num_threads or physical_cores())
         return config
 
     def _key(self, shapes: tuple) -> str:
