@@ -379,3 +379,44 @@ def test_a_model_split_around_a_custom_op_times_the_official_interpreter_on_its_
         CPU, cpu_options=litegpu.CpuOptions(kernel_mode=litegpu.CpuKernelMode.BUILTIN)))
     np.testing.assert_allclose(list(fast.run([x]).values())[0], list(exact.run([x]).values())[0], rtol=1e-4,
                                atol=1e-4)
+
+
+# ---- the official library's log lines -------------------------------------------------------------
+
+_FIRST_LOAD = """
+import numpy as np, litegpu
+model = litegpu.CompiledModel.from_file({path!r}, options=litegpu.Options(
+    litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(engines=("litert",))))
+details = model.get_input_tensor_details(0)
+model.run({{name: np.zeros(d["shape"], d["dtype"]) for name, d in details.items()}})
+print(model.plan.engine_summary())
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_xnnpack_delegate_info_line_stays_out_of_stderr_unless_debugging(debug):
+    import os
+    import subprocess
+
+    path = SHARED / "two_signatures_float32.tflite"
+    if not path.exists():
+        pytest.skip("shared models not present")
+    env = {k: v for k, v in os.environ.items() if k != "LITEGPU_DEBUG"}
+    if debug:
+        env["LITEGPU_DEBUG"] = "1"
+    done = subprocess.run([sys.executable, "-c", _FIRST_LOAD.format(path=str(path))], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "LiteRT (XNNPACK)" in done.stdout
+    # with LITEGPU_DEBUG the official library's own line shows: the model did go through its XNNPACK delegate
+    assert ("Created TensorFlow Lite XNNPACK delegate" in done.stderr) is debug, done.stderr
+
+
+def test_only_info_lines_are_dropped_and_stderr_is_restored(capfd, monkeypatch):
+    import os
+
+    monkeypatch.delenv("LITEGPU_DEBUG", raising=False)
+    with litert_backend.native_info_logs_dropped():
+        os.write(2, b"INFO: chatter\nWARNING: something the user must see\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "WARNING: something the user must see\nafter\n"

@@ -24,10 +24,14 @@ OpenVINO partition of a split model, where timing says it is faster (``faster_th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
+import sys
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -245,6 +249,46 @@ class LiteRtEngine(Engine):
                                                     "source": model.source, "scope": scope})
 
 
+# One redirection of the process's stderr at a time (it is process-wide).
+_STDERR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def native_info_logs_dropped() -> Iterator[None]:
+    """The official library's C++ logging writes "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on the
+    process's stderr the first time an interpreter is allocated: its voice in the user's terminal, on every
+    ``litegpu run`` and first load.  While this block runs, file descriptor 2 points at a temporary file; after
+    it, whatever was caught goes back to stderr except its ``INFO:`` lines (warnings and errors, the library's or
+    another thread's, still reach the user, late by the length of the block).  ``LITEGPU_DEBUG=1`` leaves
+    stderr alone, INFO lines included."""
+    if os.environ.get("LITEGPU_DEBUG"):
+        yield
+        return
+    with _STDERR_LOCK:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):  # no stderr to redirect (closed, or not a file descriptor)
+            yield
+            return
+        caught = tempfile.TemporaryFile()
+        try:
+            os.dup2(caught.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().splitlines(keepends=True) if not line.startswith(b"INFO:")]
+            caught.close()
+            _write_all(2, b"".join(kept))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
 def _sub_model(model: Model, part: OpRange) -> Model:
     from ..ir.extract import extract_ops
 
@@ -277,13 +321,14 @@ class _SharedInterpreter:
     def _create(self) -> None:
         interpreter = _interpreter_module().Interpreter
         try:
-            if self.file is not None:
-                self.interpreter = interpreter(model_path=self.file, num_threads=self.threads)
-            else:
-                from ..ir.save import to_bytes
+            with native_info_logs_dropped():
+                if self.file is not None:
+                    self.interpreter = interpreter(model_path=self.file, num_threads=self.threads)
+                else:
+                    from ..ir.save import to_bytes
 
-                self.interpreter = interpreter(model_content=to_bytes(self.model), num_threads=self.threads)
-            self.interpreter.allocate_tensors()
+                    self.interpreter = interpreter(model_content=to_bytes(self.model), num_threads=self.threads)
+                self.interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             raise EngineCompileError(f"the official interpreter refuses the model: {_first_line(e)}") from e
         wrapper = getattr(self.interpreter, "_interpreter", None)
