@@ -55,6 +55,13 @@ class Engine(abc.ABC):
     def available(self) -> bool:
         """Whether this machine can run the engine (its package imports, its device exists)."""
 
+    def installed(self) -> bool:
+        """Whether the engine may be available, asked without loading it: an engine whose ``available`` is
+        costly (OpenVINO: importing it and starting its CPU plugin, 0.1-0.2 s) answers from its package being
+        installed, and the planner asks ``available`` only once it needs the engine, so that a warm start
+        the compile cache has decided does not load it."""
+        return self.available()
+
     @abc.abstractmethod
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
         """Op index -> why this engine cannot run it; ops not named are supported."""
@@ -159,8 +166,9 @@ def _op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: 
 
 def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: Any = None,
                      cache_key: dict | None = None, whole_file: bool = True) -> dict[str, Engine]:
-    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has:
-    the official interpreter and OpenVINO, holding the model's compile cache.  ``file`` is the model's
+    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has installed
+    (``Engine.installed``: the planner asks ``available`` before it uses one): the official interpreter and
+    OpenVINO, holding the model's compile cache.  ``file`` is the model's
     file; ``whole_file`` says the model planned is that file as it is (OpenVINO then reads a whole-model
     partition from it; the official interpreter always runs the file, a rewrite changes nothing it sees)."""
     from .litert import LiteRtEngine
@@ -170,7 +178,7 @@ def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: A
     for candidate in (LiteRtEngine(settings, file=file, cache=cache, cache_key=cache_key),
                       OpenVinoEngine(cache=cache, cache_key=cache_key, settings=settings,
                                      file=file if whole_file else None)):
-        if candidate.available():
+        if candidate.installed():
             found[candidate.name] = candidate
     return found
 
@@ -199,8 +207,6 @@ def is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
 
 def cpu_name() -> str:
     """The CPU's model name (a timing verdict holds for one kind of CPU)."""
-    import platform
-
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -208,6 +214,8 @@ def cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    import platform  # only here: its import compiles a dozen regular expressions (a warm start's milliseconds)
+
     return platform.processor() or platform.machine()
 
 

@@ -66,9 +66,16 @@ def _interpreter_module() -> Any:
 
 
 def litert_version() -> str:
-    from importlib.metadata import version
+    """The official package's version, from the package itself (the engine has imported it)."""
+    _interpreter_module()
+    import ai_edge_litert
 
-    return version("ai-edge-litert")
+    found = getattr(ai_edge_litert, "__version__", None)
+    if found is None:  # a build without it: its metadata
+        from importlib.metadata import version
+
+        found = version("ai-edge-litert")
+    return str(found)
 
 
 def thread_count(settings: EngineSettings) -> int:
@@ -199,10 +206,11 @@ class LiteRtEngine(Engine):
         if self.cache is None:
             return None
         from ..compile.cache import make_key
-        from .openvino import openvino_version
+        from .openvino import openvino_package_version
 
+        # OpenVINO's version as its package metadata says: a warm start reads the verdict without importing it
         return make_key({**self.cache_key, "choice": ["litert", other.name], "scope": scope,
-                         "litert": litert_version(), "openvino": openvino_version(),
+                         "litert": litert_version(), "openvino": openvino_package_version(),
                          "threads": thread_count(self.settings), "cpu": cpu_name()})
 
     def cached_choice(self, model: Model, scope: str, other: Engine) -> str | None:

@@ -122,12 +122,11 @@ def _in_signature_order(by_name: Mapping[str, Any], names: Sequence[str], what: 
 
 
 def litegpu_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The package's ``__version__`` (pyproject's version; a test keeps them equal), read without
+    ``importlib.metadata``, whose import and scan of the installed packages cost a warm start 10-40 ms."""
+    from .. import __version__
 
-    try:
-        return version("litegpu")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
