@@ -3,8 +3,11 @@
     python bench/bench_llm.py MODEL.tflite [--prompt 20] [--new 32] [--threads 2]
 
 Same greedy loop for every runtime (prefill the prompt but its last token with the smallest prefill_<T>,
-decode the last token, then one decode per new token; KV cache fed back): litegpu (``generate_stream``,
-cache on the device), the official interpreter with its builtin kernels and with XNNPACK (its default).
+decode the last token, then one decode per new token; KV cache fed back; a model whose prefill returns logits,
+as bench/decoder_model.py's, prefills the whole prompt): litegpu (``generate_stream``: the cache on the device
+with XLA, in the interpreter's own tensors with the official interpreter), the official interpreter with its
+builtin kernels and with XNNPACK (its default), both through its signature runners (the cache through numpy).
+The runtimes alternate repeat by repeat.
 With ``--litertlm BUNDLE`` (the same model bundled by bench/litertlm_bundle.py; LiteRT-LM runs litert-torch's
 mask-as-input or transposed-KV exports) also LiteRT-LM (``litert-lm-api``), the official LLM runtime, through
 its own benchmark (same prompt length and new tokens; it reports its own TTFT and decode rate).
@@ -20,13 +23,21 @@ import numpy as np
 
 
 def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin: bool):
+    """The official interpreter's signature runners stepped by hand, the cache passed back through numpy:
+    litert-torch's exports (``prefill_<T>`` without logits, one position per token: the prompt but its last
+    token prefilled, the last token decoded) and ``bench/decoder_model.py``'s (one ``prefill`` with logits and
+    one position: the whole prompt prefilled).  The prompt must fit one prefill."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin else OpResolverType.AUTO
     interp = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
     decode = interp.get_signature_runner("decode")
-    prefills = sorted(int(k.split("_")[1]) for k in interp.get_signature_list() if k.startswith("prefill_"))
+    signatures = interp.get_signature_list()
+    prefills = {int(k.split("_")[1]) if "_" in k else
+                int(interp.get_signature_runner(k).get_input_details()["tokens"]["shape"][-1]): k
+                for k in signatures if k == "prefill" or k.startswith("prefill_")}
     mask_shape = decode.get_input_details().get("mask", {}).get("shape")  # litert-torch's mask_as_input
+    state = [k for k in decode.get_input_details() if k in signatures["decode"]["outputs"]]
 
     def mask(rows: int, position: int) -> dict:
         if mask_shape is None:
@@ -34,26 +45,35 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
         allowed = np.arange(mask_shape[-1])[None, :] <= (position + np.arange(rows))[:, None]
         return {"mask": np.where(allowed, 0, np.finfo(np.float32).min).astype(np.float32).reshape(1, 1, rows, -1)}
 
+    def positions(runner, start: int, count: int) -> np.ndarray:
+        shape = runner.get_input_details()["input_pos"]["shape"]
+        return (np.arange(start, start + count) if int(np.prod(shape)) > 1 else np.array([start])).astype(np.int32)
+
     def run() -> tuple[float, float, list[int]]:
         start = time.perf_counter()
-        kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k.startswith("kv")}
-        body = prompt[:-1]
-        if body:
-            length = next((n for n in prefills if n >= len(body)), prefills[-1])
-            tokens = np.zeros((1, length), np.int32)
-            tokens[0, :len(body)] = body
-            out = interp.get_signature_runner(f"prefill_{length}")(
-                tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv, **mask(length, 0))
-            kv = {k: v for k, v in out.items() if k.startswith("kv")}
-        token, position, tokens_out, first = prompt[-1], len(prompt) - 1, [], 0.0
-        for i in range(new):
-            out = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv,
+        kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k in state}
+        key = next(k for n, k in sorted(prefills.items()) if n >= len(prompt))
+        runner = interp.get_signature_runner(key)
+        with_logits = "logits" in signatures[key]["outputs"]
+        body = prompt if with_logits else prompt[:-1]
+        length = next(n for n, k in prefills.items() if k == key)
+        tokens = np.zeros((1, length), np.int32)
+        tokens[0, :len(body)] = body
+        out = runner(tokens=tokens, input_pos=positions(runner, 0, length), **kv, **mask(length, 0))
+        kv = {k: v for k, v in out.items() if k in state}
+        if with_logits:
+            token = int(np.argmax(out["logits"].reshape(length, -1)[len(body) - 1]))
+            position, tokens_out, first = len(prompt), [token], time.perf_counter()
+        else:
+            token, position, tokens_out, first = prompt[-1], len(prompt) - 1, [], 0.0
+        while len(tokens_out) < new:
+            out = decode(tokens=np.array([[token]], np.int32), input_pos=positions(decode, position, 1), **kv,
                          **mask(1, position))
-            kv = {k: v for k, v in out.items() if k.startswith("kv")}
+            kv = {k: v for k, v in out.items() if k in state}
             token = int(np.argmax(out["logits"].reshape(-1)))
             tokens_out.append(token)
             position += 1
-            if i == 0:
+            if len(tokens_out) == 1:
                 first = time.perf_counter()
         end = time.perf_counter()
         return first - start, (new - 1) / (end - first), tokens_out

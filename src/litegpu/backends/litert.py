@@ -326,7 +326,15 @@ class _SharedInterpreter:
 
     def __init__(self, model: Model, file: str | None, threads: int):
         self.model, self.file, self.threads, self.lock = model, file, threads, threading.Lock()
+        self.carried: CarriedState | None = None  # the state held in this interpreter's tensors, if any
         self._create()
+
+    def evict_carried(self, subgraph: int | None = None) -> None:
+        """Take the carried state out to host arrays before something overwrites the tensors that hold it: a
+        run of ``subgraph`` (None: any allocation or a new interpreter).  Under ``lock``."""
+        carried = self.carried
+        if carried is not None and (subgraph is None or carried.holder_subgraph == subgraph):
+            carried.evict()
 
     def _create(self) -> None:
         interpreter = _interpreter_module().Interpreter
@@ -360,6 +368,8 @@ class _SharedInterpreter:
     def set_input_shapes(self, subgraph: int, inputs: Sequence[int], shapes: Sequence[tuple[int, ...]]) -> None:
         """Resize ``subgraph``'s inputs to ``shapes`` and reallocate, where they differ from what it has."""
         current = self.shapes.get(subgraph)
+        if current is None or any(current.get(t) != shape for t, shape in zip(inputs, shapes)):
+            self.evict_carried()  # an allocation may move any tensor of the subgraph
         if current is None:  # first use of another subgraph: allocate it at its declared shapes
             self.wrapper.AllocateTensors(subgraph)
             sg = self.model.subgraphs[subgraph]
@@ -379,7 +389,57 @@ class _SharedInterpreter:
         """Variables back to their initial values and CALL_ONCE to run again, as litegpu's reset promises:
         the interpreter's own reset leaves resource variables as they are, so a new interpreter is made."""
         with self.lock:
+            self.evict_carried()  # state passed between runs is not a variable: it survives the new interpreter
             self._create()
+
+
+class CarriedState:
+    """Tensors that the runs of a model hand on to each other (a KV cache: an input of every step that comes
+    back updated as an output), kept in the official interpreter between runs (issue 26).
+
+    After a run they stay in its output tensors; the next run's input tensors are filled from there inside
+    the interpreter (``LiteRtExecutable.run_carrying``): one copy per tensor, where taking them out to numpy
+    and back cost a copy out, a new array and a copy in, per tensor and step.  Whatever else is about to
+    overwrite those tensors (another run of the same subgraph, an allocation, a new interpreter, another
+    carried state) first takes them out to host arrays (``evict``), from where the next run sets them, so
+    interleaved users each keep their own state."""
+
+    def __init__(self, shared: _SharedInterpreter, initial: Sequence[np.ndarray]):
+        self.shared = shared
+        self.host: list[np.ndarray] | None = [np.asarray(a) for a in initial]  # the values while outside
+        self.holder_subgraph: int | None = None  # where they are while inside: these output tensors
+        self.holder_tensors: list[int] = []
+        self.lost: str | None = None
+
+    def evict(self) -> None:
+        """Copy the values out of the interpreter (under the interpreter's lock)."""
+        if self.holder_subgraph is not None:
+            wrapper = self.shared.wrapper
+            self.host = [wrapper.GetTensor(t, self.holder_subgraph) for t in self.holder_tensors]
+            self.holder_subgraph = None
+        if self.shared.carried is self:
+            self.shared.carried = None
+
+    def release(self) -> None:
+        """The state is no longer needed: the tensors holding it are free for the next user without a copy."""
+        with self.shared.lock:
+            if self.shared.carried is self:
+                self.shared.carried = None
+            self.host, self.holder_subgraph = None, None
+            self.lost = "it was released"
+
+    def values(self) -> list[np.ndarray]:
+        """Host copies of the current values."""
+        with self.shared.lock:
+            self._check()
+            if self.host is not None:
+                return [a.copy() for a in self.host]
+            wrapper = self.shared.wrapper
+            return [wrapper.GetTensor(t, self.holder_subgraph) for t in self.holder_tensors]
+
+    def _check(self) -> None:
+        if self.lost is not None:
+            raise ModelExecutionError(f"the state carried between runs was lost: {self.lost}")
 
 
 _shape_of = attrgetter("shape")
@@ -408,6 +468,9 @@ class LiteRtExecutable(Executable):
         # the input shapes of the last run, and the interpreter's allocation they were checked against
         self._allocated_for: tuple | None = None
         self._allocation_seen = 0
+        # run_carrying's own: the fed inputs' shapes (None for the carried ones) and the allocation it checked
+        self._carrying_shapes: tuple | None = None
+        self._carrying_allocation = 0
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return self.run_arrays([x if type(x) is np.ndarray else np.asarray(x) for x in inputs])
@@ -420,6 +483,8 @@ class LiteRtExecutable(Executable):
         shapes = tuple(map(_shape_of, arrays))
         with shared.lock:
             try:
+                if shared.carried is not None:
+                    shared.evict_carried(subgraph)  # a run of the subgraph holding a carried state overwrites it
                 if shapes != self._allocated_for or shared.allocations != self._allocation_seen:
                     shared.set_input_shapes(subgraph, inputs, shapes)
                     self._allocated_for, self._allocation_seen = shapes, shared.allocations
@@ -437,6 +502,50 @@ class LiteRtExecutable(Executable):
             outputs[k] = outputs[k].astype(self._output_dtypes[k])
         return outputs
 
+    def run_carrying(self, state: CarriedState, carried_inputs: Sequence[int], carried_outputs: Sequence[int],
+                     fed: dict[int, np.ndarray], read: Sequence[int]) -> list[np.ndarray]:
+        """One run whose inputs at positions ``carried_inputs`` (of this executable's inputs) take ``state``'s
+        values, in order, and whose outputs at ``carried_outputs`` become them, without leaving the interpreter;
+        the other inputs are ``fed`` (position -> array).  Returns copies of the outputs at positions ``read``."""
+        shared, subgraph, inputs, outputs = self.shared, self._subgraph, self._inputs, self._outputs
+        with shared.lock:
+            state._check()
+            if shared.carried is not None and shared.carried is not state:
+                shared.carried.evict()  # another state held here (another generation on this model)
+            carried_shapes = [a.shape for a in state.host] if state.host is not None else None
+            shapes = tuple(fed[k].shape if k in fed else None for k in range(len(inputs)))
+            wrapper = shared.wrapper
+            try:
+                if carried_shapes is not None or shapes != self._carrying_shapes \
+                        or shared.allocations != self._carrying_allocation:
+                    if carried_shapes is None:
+                        state.evict()  # to resize with every shape known
+                        carried_shapes = [a.shape for a in state.host]
+                    full = list(shapes)
+                    for k, shape in zip(carried_inputs, carried_shapes):
+                        full[k] = shape
+                    shared.set_input_shapes(subgraph, inputs, full)
+                    self._carrying_shapes, self._carrying_allocation = shapes, shared.allocations
+                if state.host is not None:
+                    for k, value in zip(carried_inputs, state.host):
+                        wrapper.SetTensor(inputs[k], value, subgraph)
+                else:
+                    source = state.holder_subgraph
+                    for k, t in zip(carried_inputs, state.holder_tensors):
+                        np.copyto(wrapper.tensor(wrapper, inputs[k], subgraph), wrapper.tensor(wrapper, t, source))
+                for k, value in fed.items():
+                    wrapper.SetTensor(inputs[k], value, subgraph)
+                state.host, state.holder_subgraph = None, None
+                wrapper.Invoke(subgraph)
+                state.holder_subgraph, state.holder_tensors = subgraph, [outputs[k] for k in carried_outputs]
+                shared.carried = state
+                return [wrapper.GetTensor(outputs[k], subgraph) for k in read]
+            except (ValueError, RuntimeError) as e:
+                if state.host is None and state.holder_subgraph is None:
+                    state.lost = f"a run on {self.op_range} failed after taking it: {_first_line(e)}"
+                raise ModelExecutionError(f"{self.shared.model.source}: the official interpreter failed on "
+                                          f"{self.op_range}: {_first_line(e)}") from e
+
     def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]] | None:
         """(shape, dtype) of each output for these input shapes, from the interpreter resized to them
         (subgraph 0); None for another subgraph, whose outputs the public API does not describe."""
@@ -449,4 +558,4 @@ class LiteRtExecutable(Executable):
                 for t, dtype in zip(self._outputs, self._output_dtypes)]
 
 
-__all__ = ["MAX_LITERT_MODEL_BYTES", "LiteRtEngine", "LiteRtExecutable", "litert_version"]
+__all__ = ["MAX_LITERT_MODEL_BYTES", "CarriedState", "LiteRtEngine", "LiteRtExecutable", "litert_version"]

@@ -469,11 +469,13 @@ class CompiledModel:
 
     def create_input_buffer_by_name(self, signature_key: str, input_name: str) -> TensorBuffer:
         s = self._signature(signature_key)
-        return self.create_input_buffers(s.index)[self._named(s, input_name, "input")]
+        i = self._named(s, input_name, "input")  # only this one made: a KV cache is megabytes per input
+        return self._new_buffer(self._tensor(s, s.inputs[i][1]), self._input_shapes[s.index][i], input_name)
 
     def create_output_buffer_by_name(self, signature_key: str, output_name: str) -> TensorBuffer:
         s = self._signature(signature_key)
-        return self.create_output_buffers(s.index)[self._named(s, output_name, "output")]
+        i = self._named(s, output_name, "output")
+        return self._new_buffer(self._tensor(s, s.outputs[i][1]), self._output_specs(s)[i][0], output_name)
 
     # ---- backends ---------------------------------------------------------------------------
     def _backend(self, s: SignatureInfo) -> Any:

@@ -261,6 +261,13 @@ class PartitionedSignature:
         return (None if taken == list(range(len(sg.inputs))) else taken,
                 None if given == list(range(len(op_range.outputs))) else given)
 
+    def whole_executable(self) -> Any:
+        """The engine's executable when one host unit runs the whole subgraph, inputs and outputs in the
+        subgraph's order (what ``straight_run`` calls); None otherwise."""
+        if self._direct != (None, None):
+            return None
+        return getattr(self.units[0], "executable", None)
+
     def straight_run(self) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
         """What ``run`` comes down to when one host unit that takes numpy arrays as they are
         (``run_arrays``: the official interpreter) runs the whole subgraph, inputs and outputs in the
