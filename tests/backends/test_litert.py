@@ -248,6 +248,7 @@ def test_models_xla_would_run_alone_go_to_the_official_interpreter():
 
 def _openvino_or_litert(monkeypatch, winner):
     calls = []
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
 
     def timed(candidates, **kwargs):
         calls.append(sorted(candidates))
@@ -271,6 +272,7 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
 @pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.95, "openvino")])
 def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
     pytest.importorskip("openvino")
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
     monkeypatch.setattr("litegpu.backends.engine.fastest", lambda candidates, **kwargs: (
         min(("litert", 1.0), ("openvino", openvino_ms), key=lambda c: c[1])[0],
         {"litert": 1.0, "openvino": openvino_ms}))

@@ -1,4 +1,5 @@
-"""The default thread count: the physical cores, with or without options (issue 26), ``num_threads=1`` on request.
+"""The default thread count: the physical cores, with or without options (issue 26), fewer on a small model
+where timing says so, ``num_threads=1`` on request.
 
 The engines' thread counts are observed where they are handed over: the official interpreter's constructor
 and OpenVINO's compile configuration.  ``physical_cores`` is pinned to 3 so that a default of one thread (the
@@ -97,3 +98,58 @@ def test_physical_cores_counts_cores_this_process_may_use():
     found = physical_cores()
     allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert 1 <= found <= allowed
+
+
+def tiny_model() -> bytes:
+    """Two small FULLY_CONNECTED layers: far under THREAD_CHOICE_MAX_MACS."""
+    from litegpu.ir.builder import ModelBuilder
+    from litegpu.ir.save import to_bytes
+
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 16))
+    h, y = b.tensor("h", (1, 32)), b.tensor("y", (1, 4))
+    b.op("FULLY_CONNECTED", [x, b.constant("w1", rng.normal(size=(32, 16)).astype(np.float32)), -1], [h])
+    b.op("FULLY_CONNECTED", [h, b.constant("w2", rng.normal(size=(4, 32)).astype(np.float32)), -1], [y])
+    b.output(y)
+    return to_bytes(b.build())
+
+
+def timed_threads(monkeypatch, faster: str) -> list:
+    """Thread-count timings from now on, ``faster`` ("1" or "3") winning each; returns the calls."""
+    calls = []
+
+    def timed(candidates, **kwargs):
+        calls.append(sorted(candidates))
+        return faster, {name: 1.0 if name == faster else 2.0 for name in candidates}
+
+    monkeypatch.setattr("litegpu.backends.engine.fastest", timed)
+    return calls
+
+
+@pytest.mark.parametrize("faster, threads", [("1", 1), ("3", 3)])
+def test_a_small_model_gets_the_thread_count_timing_says(interpreter_threads, monkeypatch, faster, threads):
+    calls = timed_threads(monkeypatch, faster)
+    model = litegpu.CompiledModel.from_buffer(tiny_model(), options=only_litert())
+    interpreter_threads.clear()  # the two made to time it
+    run_once(model)
+    assert calls == [["1", "3"]]
+    assert set(s.threads for s in model._cpu_engines["litert"]._interpreters.values()) == {threads}
+
+
+def test_a_thread_count_asked_for_is_not_timed(interpreter_threads, monkeypatch):
+    calls = timed_threads(monkeypatch, "1")
+    model = litegpu.CompiledModel.from_buffer(tiny_model(), options=only_litert({"num_threads": 2}))
+    run_once(model)
+    assert calls == [] and set(interpreter_threads) == {2}
+
+
+def test_the_timed_thread_count_is_kept_in_the_compile_cache(interpreter_threads, monkeypatch, tmp_path):
+    calls = timed_threads(monkeypatch, "1")
+    options = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(engines=("litert",)),
+                              serialization_dir=str(tmp_path), model_token="tiny")
+    litegpu.CompiledModel.from_buffer(tiny_model(), options=options)
+    interpreter_threads.clear()
+    warm = litegpu.CompiledModel.from_buffer(tiny_model(), options=options)
+    run_once(warm)
+    assert len(calls) == 1 and set(interpreter_threads) == {1}

@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 # XNNPACK packs a copy of the weights: models past this size stay on XLA, which maps the weights in place
 # (the 1.3x memory goal of big models); the same bound as OpenVINO's, which copies them too.
 MAX_LITERT_MODEL_BYTES = 1 << 30
+# Models up to this many multiply-accumulates per run have their thread count timed when it is litegpu's default:
+# one thread against the physical cores.  On ops this small XNNPACK's second thread can cost more than it
+# saves (the work of an op too small to share out); the bound keeps the timing at most about 0.1 s of a
+# first start (a 50 M model runs in about 1-3 ms here), and bigger models share their work well.
+THREAD_CHOICE_MAX_MACS = 50_000_000
 # The other engine must beat the official interpreter by more than this to run the model: within it the timed
 # choice flipped from run to run (MediaPipe hand and face, EfficientNet-B0, DenseNet121 batch 1: the engines
 # within ~5 % there), and a tie is better given to the official default, whose outputs are the reference and
@@ -168,11 +173,39 @@ class LiteRtEngine(Engine):
         allocated, on first use)."""
         key = (id(model), part)
         if key not in self._interpreters:
-            if part is None:
-                self._interpreters[key] = _SharedInterpreter(model, self.file, thread_count(self.settings))
-            else:
-                self._interpreters[key] = _SharedInterpreter(_sub_model(model, part), None, thread_count(self.settings))
+            target, file = (model, self.file) if part is None else (_sub_model(model, part), None)
+            threads = self.threads_for(target, file, "whole model" if part is None else str(part))
+            self._interpreters[key] = _SharedInterpreter(target, file, threads)
         return self._interpreters[key]
+
+    def threads_for(self, model: Model, file: str | None, scope: str) -> int:
+        """The thread count of the interpreter over ``model``: the count asked for; by default the physical
+        cores, or one thread on a small model (``THREAD_CHOICE_MAX_MACS``) where timing the two says one is
+        as fast.  The verdict is kept in the compile cache (``scope`` names the model or its part)."""
+        cores = thread_count(self.settings)
+        if self.settings.num_threads > 0 or cores == 1:
+            return cores
+        from ..compile.plan import model_macs
+
+        if model_macs(model) > THREAD_CHOICE_MAX_MACS:
+            return cores
+        key = self._threads_key(scope, cores)
+        stored = self.cache.load(key) if key is not None else None
+        if stored is not None and stored.isdigit() and int(stored) in (1, cores):
+            return int(stored)
+        threads = _timed_thread_count(model, file, cores)
+        if key is not None:
+            self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
+                                                          "source": model.source, "scope": scope})
+        return threads
+
+    def _threads_key(self, scope: str, cores: int) -> str | None:
+        if self.cache is None:
+            return None
+        from ..compile.cache import make_key
+
+        return make_key({**self.cache_key, "threads for": scope, "litert": litert_version(), "cores": cores,
+                         "cpu": cpu_name()})
 
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> "LiteRtExecutable":
@@ -297,6 +330,41 @@ def native_info_logs_dropped() -> Iterator[None]:
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         data = data[os.write(fd, data):]
+
+
+def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
+    """1 or ``cores``: the thread count that runs ``model``'s entry subgraphs faster, timed alternately on
+    interpreters of their own (resource variables and all: they are dropped after), a tie going to one thread
+    (the same time on a fraction of the CPU).  A model the interpreter refuses keeps ``cores``: the refusal
+    is reported where the model's own interpreter is made."""
+    import time
+
+    from ..compile.plan import entry_subgraphs
+    from .engine import fastest, sample_inputs
+
+    candidates = {}
+    for threads in (1, cores):
+        try:
+            shared = _SharedInterpreter(model, file, threads)
+        except EngineCompileError:
+            return cores
+        ranges = [_whole_subgraph(model, i) for i in entry_subgraphs(model)]
+        candidates[threads] = [(LiteRtExecutable(shared, r, model), sample_inputs(model, r)) for r in ranges]
+    # a round of a few runs at least a millisecond long: a model of microseconds is timed over many calls
+    start = time.perf_counter()
+    for executable, inputs in candidates[cores]:
+        executable.run(inputs)
+    repeat = int(min(1000, max(1, 1e-3 / max(time.perf_counter() - start, 1e-7))))
+    _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()})
+    one, more = medians.get("1"), medians.get(str(cores))
+    if one is None or more is None:
+        return cores
+    return 1 if one <= more * (1 + TIE_MARGIN) else cores
+
+
+def _whole_subgraph(model: Model, subgraph: int) -> OpRange:
+    sg = model.subgraphs[subgraph]
+    return OpRange(subgraph, tuple(range(len(sg.operators))), tuple(sg.inputs), tuple(sg.outputs))
 
 
 def _sub_model(model: Model, part: OpRange) -> Model:
@@ -558,4 +626,4 @@ class LiteRtExecutable(Executable):
                 for t, dtype in zip(self._outputs, self._output_dtypes)]
 
 
-__all__ = ["MAX_LITERT_MODEL_BYTES", "CarriedState", "LiteRtEngine", "LiteRtExecutable", "litert_version"]
+__all__ = ["MAX_LITERT_MODEL_BYTES", "THREAD_CHOICE_MAX_MACS", "CarriedState", "LiteRtEngine", "LiteRtExecutable", "litert_version"]
