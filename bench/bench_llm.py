@@ -6,8 +6,9 @@ Same greedy loop for every runtime (prefill the prompt but its last token with t
 decode the last token, then one decode per new token; KV cache fed back; a model whose prefill returns logits,
 as bench/decoder_model.py's, prefills the whole prompt): litegpu (``generate_stream``: the cache on the device
 with XLA, in the interpreter's own tensors with the official interpreter), the official interpreter with its
-builtin kernels and with XNNPACK (its default), both through its signature runners (the cache through numpy).
-The runtimes alternate repeat by repeat.
+builtin kernels and with XNNPACK (its default), both through its signature runners (the cache through numpy),
+and litegpu with the cache passed through TensorBuffers (what it did before keeping it in the interpreter).
+The runtimes alternate repeat by repeat, in one process.
 With ``--litertlm BUNDLE`` (the same model bundled by bench/litertlm_bundle.py; LiteRT-LM runs litert-torch's
 mask-as-input or transposed-KV exports) also LiteRT-LM (``litert-lm-api``), the official LLM runtime, through
 its own benchmark (same prompt length and new tokens; it reports its own TTFT and decode rate).
@@ -81,22 +82,38 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
     return run
 
 
-def litegpu_loop(path: str, prompt: list[int], new: int, threads: int):
+def litegpu_loop(path: str, prompt: list[int], new: int, threads: int, carried: bool = True):
+    """``generate_stream``; ``carried=False`` passes the cache through TensorBuffers even where the official
+    interpreter could keep it in its tensors (the code before issue 26), to measure what keeping it saves."""
+    import contextlib
+
     import litegpu
+    from litegpu.runtime import generate as generate_module
 
     model = litegpu.CompiledModel.from_file(path, options=litegpu.Options(
         litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=threads)))
 
+    @contextlib.contextmanager
+    def through_buffers():
+        found = generate_module._CarriedCache.for_loop
+        generate_module._CarriedCache.for_loop = classmethod(lambda cls, loop: None)
+        try:
+            yield
+        finally:
+            generate_module._CarriedCache.for_loop = found
+
     def run() -> tuple[float, float, list[int]]:
-        start = time.perf_counter()
-        out, first = [], 0.0
-        for i, token in enumerate(litegpu.generate_stream(model, prompt, new)):
-            out.append(token)
-            if i == 0:
-                first = time.perf_counter()
-        end = time.perf_counter()
+        with contextlib.nullcontext() if carried else through_buffers():
+            start = time.perf_counter()
+            out, first = [], 0.0
+            for i, token in enumerate(litegpu.generate_stream(model, prompt, new)):
+                out.append(token)
+                if i == 0:
+                    first = time.perf_counter()
+            end = time.perf_counter()
         return first - start, (new - 1) / (end - first), out
 
+    run.plan = model.plan.engine_summary()  # type: ignore[attr-defined]
     return run
 
 
@@ -126,6 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, 100, args.prompt)]
     runs = {"litegpu": litegpu_loop(args.model, prompt, args.new, args.threads),
+            "litegpu, cache through buffers": litegpu_loop(args.model, prompt, args.new, args.threads, False),
             "official builtin": official_loop(args.model, prompt, args.new, args.threads, True),
             "official XNNPACK": official_loop(args.model, prompt, args.new, args.threads, False)}
     if args.litertlm:
@@ -150,6 +168,7 @@ def main() -> None:
         print(f"| {name} | {ttft:.1f} | {rate:.0f} | {same} |")
     for name, error in errors.items():
         print(f"| {name} | cannot run: {error} | | |")
+    print(f"\nlitegpu's plan: {runs['litegpu'].plan}; {args.threads} threads, median of {args.repeats} alternated repeats")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ physical cores, litegpu's default), on the same inputs, every output read back:
 - ``official set/invoke/get``: ``set_tensor`` / ``invoke`` / ``get_tensor`` on the official interpreter (its
   cheapest Python call; the first signature's subgraph only, as that API runs subgraph 0);
 - ``litegpu model(x)``, ``litegpu run(dict)``: the quick API (numpy in, numpy out);
-- ``litegpu run_by_index``: TensorBuffers written once, outputs read after each call (``TensorBuffer.read``).
+- ``litegpu run_by_index``, ``run_by_name``: TensorBuffers written once, outputs read after each call
+  (``TensorBuffer.read``).
 
 litegpu runs the model on the official interpreter (its default plan for these models), so the difference is
 litegpu's own layers.  Prints the median microseconds per call, the Python function calls one call makes
@@ -82,9 +83,16 @@ def litegpu_paths(path: Path, key: str, inputs: dict[str, np.ndarray], threads: 
         model.run_by_index(index, in_buffers, out_buffers)
         return [b.read() for b in out_buffers]
 
+    in_map = dict(zip(names, in_buffers))
+    out_map = dict(zip(model.get_signature_list()[key]["outputs"], out_buffers))
+
+    def by_name() -> list[np.ndarray]:
+        model.run_by_name(key, in_map, out_map)
+        return [b.read() for b in out_buffers]
+
     paths = {"litegpu model(x)": lambda: model(*positional, signature_key=key),
              "litegpu run(dict)": lambda: model.run(inputs, key),
-             "litegpu run_by_index": by_index}
+             "litegpu run_by_index": by_index, "litegpu run_by_name": by_name}
     return paths, model.plan.engine_summary()
 
 

@@ -66,6 +66,9 @@ def test_the_common_calls_take_the_straight_path(two_signatures, monkeypatch):
     model.run_by_index(0, inputs, outputs)
     np.testing.assert_allclose(outputs[0].read(), a + b, rtol=1e-6)
     np.testing.assert_allclose(outputs[1].read(), a - b, rtol=1e-6)
+    by_name = {"total": lg.TensorBuffer.create((2, 3)), "diff": lg.TensorBuffer.create((2, 3))}
+    model.run_by_name("sum", {"lhs": inputs[0], "rhs": inputs[1]}, by_name)
+    np.testing.assert_allclose(by_name["diff"].read(), a - b, rtol=1e-6)
     # a run's outputs fed to the next run are ready host data too
     again = model.create_output_buffers(0)
     model.run_by_index(0, outputs, again)
@@ -83,6 +86,8 @@ def test_anything_else_goes_the_general_way_with_its_checks(two_signatures, monk
         model.run({"lhs": a, "wrong": b}, "sum")
     with pytest.raises(lg.SignatureError):
         model(a, signature_key="sum")
+    with pytest.raises(lg.SignatureError):
+        model.run_by_name("sum", {"lhs": lg.TensorBuffer.create((2, 3))}, {})
     # buffers that wrap the caller's memory receive the results there
     total, diff = np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)
     inputs = model.create_input_buffers(0)

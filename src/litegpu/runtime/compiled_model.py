@@ -730,6 +730,17 @@ class CompiledModel:
     def run_by_name(self, signature_key: str, input_map: Mapping[str, TensorBuffer],
                     output_map: Mapping[str, TensorBuffer]) -> None:
         """Run a signature with buffers by name; unknown or missing names raise SignatureError."""
+        straight = self._straight.get(signature_key) if type(signature_key) is str else None
+        if straight is not None and type(input_map) is dict and type(output_map) is dict:
+            inputs = list(map(input_map.get, straight.input_names)) if len(input_map) == len(
+                straight.input_names) else None
+            outputs = list(map(output_map.get, straight.output_names)) if len(output_map) == len(
+                straight.output_names) else None
+            arrays = straight.arrays_of(inputs, outputs) if inputs is not None and outputs is not None else None
+            if arrays is not None:
+                for buffer, result in zip(outputs, straight.run(arrays)):
+                    buffer._set_result(result)
+                return
         if not isinstance(input_map, Mapping) or not isinstance(output_map, Mapping):
             raise InvalidArgumentError("run_by_name takes name -> TensorBuffer dicts for inputs and outputs")
         self._run(signature_key, input_map, output_map, asynchronous=False)
