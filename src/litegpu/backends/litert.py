@@ -335,8 +335,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     """1 or ``cores``: the thread count that runs ``model``'s entry subgraphs faster, timed alternately on
     interpreters of their own (resource variables and all: they are dropped after), a tie going to one thread
-    (the same time on a fraction of the CPU).  A model the interpreter refuses keeps ``cores``: the refusal
-    is reported where the model's own interpreter is made."""
+    (the same time on a fraction of the CPU).  A model the interpreter refuses or cannot run keeps ``cores``:
+    that is found out where the model's own interpreter is made and run."""
     import time
 
     from ..compile.plan import entry_subgraphs
@@ -352,8 +352,11 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
         candidates[threads] = [(LiteRtExecutable(shared, r, model), sample_inputs(model, r)) for r in ranges]
     # a round of a few runs at least a millisecond long: a model of microseconds is timed over many calls
     start = time.perf_counter()
-    for executable, inputs in candidates[cores]:
-        executable.run(inputs)
+    try:
+        for executable, inputs in candidates[cores]:
+            executable.run(inputs)
+    except ModelExecutionError:  # it loads but cannot run (a delegate that fails at its first invoke):
+        return cores  # nothing to time; the planner finds out where it runs the model
     repeat = int(min(1000, max(1, 1e-3 / max(time.perf_counter() - start, 1e-7))))
     _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()})
     one, more = medians.get("1"), medians.get(str(cores))

@@ -40,10 +40,17 @@ HOST_MEMORY_BUFFER_TYPE = 1  # kLiteRtTensorBufferTypeHostMemory, what the offic
 
 
 def _dtype_name(t: ir.Tensor) -> str:
+    return _numpy_name(t.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_name(dtype: str) -> str:
+    """numpy's name of an IR dtype, once per dtype: the tensor details a generate call reads cost a
+    millisecond when each asked numpy again."""
     try:
-        return np.dtype(numpy_dtype(t.dtype)).name
+        return np.dtype(numpy_dtype(dtype)).name
     except Exception:
-        return t.dtype
+        return dtype
 
 
 class _ReferenceSignature:

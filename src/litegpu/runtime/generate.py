@@ -130,8 +130,9 @@ class _Loop:
 
     @functools.cached_property
     def max_len(self) -> int | None:
-        return _cache_length({n: tuple(self.model.get_input_tensor_details(self.decode)[n]["shape"])
-                              for n in self.cache_names}, self.step_inputs[self.decode].get(self.mask_name))
+        details = self.model.get_input_tensor_details(self.decode)
+        return _cache_length({n: tuple(details[n]["shape"]) for n in self.cache_names},
+                             self.step_inputs[self.decode].get(self.mask_name))
 
     def prefill_for(self, remaining: int) -> tuple[str, int]:
         """(signature, length): the smallest prefill that takes ``remaining`` tokens, else the longest."""
