@@ -433,8 +433,19 @@ class _SharedInterpreter:
 
     def _count_allocation(self) -> None:
         """``allocations`` changes whenever a subgraph's inputs are allocated anew, so that an executable that
-        saw the shapes it runs allocated need not compare them tensor by tensor on every call."""
+        saw the shapes it runs allocated need not compare them tensor by tensor on every call; the views of
+        tensor memory (``view``) are dropped then, as the allocation may move it."""
         self.allocations = getattr(self, "allocations", 0) + 1
+        self._views: dict[tuple[int, int], np.ndarray] = {}
+
+    def view(self, tensor: int, subgraph: int) -> np.ndarray:
+        """A numpy array over a tensor's memory in the interpreter (no copy), kept until the next allocation.
+        Only litegpu's own calls use the interpreter, and none through the official object's methods that
+        refuse to run while such views exist."""
+        found = self._views.get((tensor, subgraph))
+        if found is None:
+            found = self._views[(tensor, subgraph)] = self.wrapper.tensor(self.wrapper, tensor, subgraph)
+        return found
 
     def set_input_shapes(self, subgraph: int, inputs: Sequence[int], shapes: Sequence[tuple[int, ...]]) -> None:
         """Resize ``subgraph``'s inputs to ``shapes`` and reallocate, where they differ from what it has."""
@@ -583,27 +594,25 @@ class LiteRtExecutable(Executable):
             state._check()
             if shared.carried is not None and shared.carried is not state:
                 shared.carried.evict()  # another state held here (another generation on this model)
-            carried_shapes = [a.shape for a in state.host] if state.host is not None else None
-            shapes = tuple(fed[k].shape if k in fed else None for k in range(len(inputs)))
+            shapes = (tuple(fed), tuple(map(_shape_of, fed.values())))
             wrapper = shared.wrapper
             try:
-                if carried_shapes is not None or shapes != self._carrying_shapes \
+                if state.host is not None or shapes != self._carrying_shapes \
                         or shared.allocations != self._carrying_allocation:
-                    if carried_shapes is None:
+                    if state.host is None:
                         state.evict()  # to resize with every shape known
-                        carried_shapes = [a.shape for a in state.host]
-                    full = list(shapes)
-                    for k, shape in zip(carried_inputs, carried_shapes):
-                        full[k] = shape
+                    full: list = [None] * len(inputs)
+                    for k, value in (*zip(carried_inputs, state.host), *fed.items()):
+                        full[k] = value.shape
                     shared.set_input_shapes(subgraph, inputs, full)
                     self._carrying_shapes, self._carrying_allocation = shapes, shared.allocations
                 if state.host is not None:
                     for k, value in zip(carried_inputs, state.host):
                         wrapper.SetTensor(inputs[k], value, subgraph)
                 else:
-                    source = state.holder_subgraph
+                    source, view = state.holder_subgraph, shared.view
                     for k, t in zip(carried_inputs, state.holder_tensors):
-                        np.copyto(wrapper.tensor(wrapper, inputs[k], subgraph), wrapper.tensor(wrapper, t, source))
+                        np.copyto(view(inputs[k], subgraph), view(t, source))
                 for k, value in fed.items():
                     wrapper.SetTensor(inputs[k], value, subgraph)
                 state.host, state.holder_subgraph = None, None
