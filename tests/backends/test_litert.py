@@ -326,6 +326,27 @@ def test_fastest_picks_the_quicker_candidate_and_drops_failures():
         fastest({"broken": [(_Sleeper(0, fail=True), [])]})
 
 
+class _Costly(Executable):
+    """Advances a fake clock by the next of its costs at each run (the first is the warm-up's)."""
+
+    def __init__(self, costs, clock):
+        self.costs, self.clock = list(costs), clock
+
+    def run(self, inputs):
+        self.clock[0] += self.costs.pop(0)
+        return [np.zeros(1)]
+
+
+def test_fastest_compares_the_candidates_round_by_round(monkeypatch):
+    """The load changes between rounds (1, 10, 100 here) and one slot of round two is disturbed: compared
+    median against median, b (truly 1.1x a) would win; compared within each round, a does."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    a, b = _Costly([1, 1, 12, 100], clock), _Costly([1, 1.1, 10.45, 110], clock)
+    name, seconds = fastest({"a": [(a, [])], "b": [(b, [])]}, budget_s=1e9, min_rounds=3, max_rounds=3)
+    assert name == "a" and seconds["b"] == pytest.approx(1.1 * seconds["a"])
+
+
 def test_sample_inputs_are_valid_indices_for_integer_inputs():
     b = ModelBuilder()
     ids = b.input("ids", (1, 5), "int32")

@@ -263,7 +263,13 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
     run in turn (a model's entry subgraphs); candidates alternate round by round, each round's order
     rotated, until ``budget_s`` is spent (at least ``min_rounds``), after one warm-up run each.  A candidate
-    whose warm-up raises drops out.  Returns (name, median seconds per round of every candidate that ran)."""
+    whose warm-up raises drops out.  Returns (name, seconds per round of every candidate that ran).
+
+    The seconds are paired estimates: a candidate's time over the first candidate's in the same round,
+    median over the rounds, times the first candidate's median.  On a machine others share, the load
+    changes from round to round; within a round the candidates run back to back and see about the same, so
+    the ratio cancels what independent medians keep (the engine choice flipped between runs on the loaded
+    2-core machine: BENCHMARKS.md, issue 26)."""
     import statistics
     import time
 
@@ -293,8 +299,11 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
             start = time.perf_counter()
             run_all(alive[name])
             times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    return min(medians, key=medians.__getitem__), medians
+    reference = order[0]
+    scale = statistics.median(times[reference])
+    paired = {name: scale * statistics.median(t / max(r, 1e-12) for t, r in zip(values, times[reference]))
+              for name, values in times.items()}
+    return min(paired, key=paired.__getitem__), paired
 
 
 def engine(name: str) -> Engine:
