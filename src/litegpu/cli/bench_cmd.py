@@ -646,7 +646,7 @@ def add_parser(sub: Any) -> None:
                    help=f"untimed runs before them (default {DEFAULT_WARMUP})")
     p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="CpuOptions.num_threads: OpenVINO's and LiteRT's threads (XLA CPU sizes its own pool; "
-                        "default 0: all)")
+                        "default 0: the physical cores)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels: fast (the official interpreter or OpenVINO where faster, XLA for the rest), "
                         "builtin (exact TFLite kernels on XLA) or reference (numpy)")

@@ -612,19 +612,20 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     litert = (engines or {}).get("litert")
     takes_whole = litert is not None and litert.model_refusal(model) is None
     if takes_whole and openvino is not None and litert.cached_choice(model, WHOLE, openvino) == "litert":
-        return _litert_plan(model, flags)  # a warm start: no OpenVINO conversion to decide what timing decided
+        return _litert_plan(model, flags)  # a warm start: no OpenVINO, no op support to ask
+    if openvino is not None and not openvino.available():  # installed (fast_cpu_engines), but cannot start here
+        logger.info("OpenVINO is installed but cannot run here: the fast CPU path goes without it")
+        openvino = None
     try:
         chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
     except UnsupportedOpError:
         if not takes_whole:
             raise
-        return _litert_plan(model, flags)  # ops litegpu lacks, which the official interpreter has
+        return _litert_whole(model, flags, litert, openvino)  # ops litegpu lacks, which the interpreter has
     if litert is None:
         return chosen
     if takes_whole and _litert_is_faster(model, chosen, litert, openvino):
-        if openvino is not None:
-            openvino.forget(model)  # the partitions compiled to plan and time it
-        return _litert_plan(model, flags)
+        return _litert_whole(model, flags, litert, openvino)
     litert.forget(model)  # the interpreter made to time it
     if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
         mixed = _litert_partitions(model, chosen, litert, openvino)
@@ -654,6 +655,16 @@ def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
                      + "\nthe model runs op by op on the numpy reference backend (slow)")
     return DelegationPlan(flags, "CPU", target, _whole_model(model, CPU, target), num_ops=_count(model),
                           notes=tuple(notes))
+
+
+def _litert_whole(model: Model, flags: int, litert: object, openvino: object | None) -> DelegationPlan:
+    """The whole model on the official interpreter, decided by timing or without it (XLA alone would run it
+    slower, or lacks an op): the verdict is kept in the compile cache either way, so that a warm start plans
+    the model without loading OpenVINO and without asking which ops XLA supports."""
+    if openvino is not None:
+        openvino.forget(model)  # the partitions compiled to plan and time it
+        litert.remember_choice(model, WHOLE, openvino, "litert")
+    return _litert_plan(model, flags)
 
 
 def _litert_plan(model: Model, flags: int) -> DelegationPlan:

@@ -78,6 +78,8 @@ class _Loop:
                                    for key in keys}
         self.step_logits = {key: model.create_output_buffer_by_name(key, logits) for key in keys
                             if logits in signatures[key]["outputs"]}
+        # on the official interpreter, the token-by-token steps leave the cache in its tensors
+        self.carried = _CarriedCache.for_loop(self)
 
     def _cache_names(self, signatures: dict) -> list[str]:
         names = []
@@ -110,6 +112,11 @@ class _Loop:
                                self.mask_name, self.cache_names, self.max_len)
         return DecodeLoop(backend, layout, chunk, sampling, tuple(stops), seed)
 
+    def release(self) -> None:
+        """The generation is over: a cache kept in the engine's tensors is dropped there (``_CarriedCache``)."""
+        if self.carried is not None:
+            self.carried.state.release()
+
     def cache_arrays(self, device: Any) -> list[Any]:
         """The KV cache as device arrays, in ``cache_names`` order (host zeros before any run are placed there)."""
         from ..backends.xla import jax_module
@@ -121,10 +128,11 @@ class _Loop:
         for name, value in zip(self.cache_names, arrays):
             self.caches[name]._set_result(value)
 
-    @property
+    @functools.cached_property
     def max_len(self) -> int | None:
-        return _cache_length({n: tuple(self.model.get_input_tensor_details(self.decode)[n]["shape"])
-                              for n in self.cache_names}, self.step_inputs[self.decode].get(self.mask_name))
+        details = self.model.get_input_tensor_details(self.decode)
+        return _cache_length({n: tuple(details[n]["shape"]) for n in self.cache_names},
+                             self.step_inputs[self.decode].get(self.mask_name))
 
     def prefill_for(self, remaining: int) -> tuple[str, int]:
         """(signature, length): the smallest prefill that takes ``remaining`` tokens, else the longest."""
@@ -136,6 +144,13 @@ class _Loop:
         """Run one signature for ``tokens`` starting at ``position``; its logits [T, vocab] on the host, or None
         when the signature returns none.  ``input_pos`` is one position, or one per token (the converter's)."""
         inputs = self.step_inputs[key]
+        if self.carried is not None:
+            fed = {self.tokens_name: np.asarray(tokens, self.token_dtype).reshape(inputs[self.tokens_name].shape),
+                   self.position_name: self._positions(key, position, len(tokens))}
+            if self.mask_name:
+                fed[self.mask_name] = _causal_mask(inputs[self.mask_name], position)
+            values = self.carried.run(key, fed)
+            return None if values is None else values.reshape(-1, values.shape[-1])
         inputs[self.tokens_name].write(np.asarray(tokens, self.token_dtype).reshape(1, -1))
         inputs[self.position_name].write(self._positions(key, position, len(tokens)))
         if self.mask_name:
@@ -161,6 +176,8 @@ class _Loop:
         stay on the device (the XLA engines) the next token is picked there and returned as a device array
         [1, 1], not yet read; otherwise the logits are read and the token is a host int."""
         key = self.decode
+        if self.carried is not None:  # a host engine: the step runs now, its token is a host int
+            return int(np.argmax(self.step(key, [int(token)], position)[-1]))
         shape = self.step_inputs[key][self.tokens_name].shape
         # Fresh input buffers each step: the step dispatched before may not have read the last ones yet.
         inputs = {**self.caches,
@@ -176,6 +193,59 @@ class _Loop:
             return _device_argmax(tuple(shape), self.token_dtype.name)(values)
         values = logits.read()
         return int(np.argmax(values.reshape(-1, values.shape[-1])[-1]))
+
+
+class _CarriedCache:
+    """The KV cache kept in the official interpreter between the token-by-token steps, for a model whose every
+    prefill and decode signature it runs whole (``backends.litert.CarriedState``).  A step sets the tokens,
+    the position (and the mask), runs, and reads the logits; the cache is copied from the last step's output
+    tensors into the next step's input tensors inside the interpreter, never through numpy.  Passing it
+    through TensorBuffers as inputs and outputs of each run, as the official signature-runner loop does, copies
+    every cache tensor out and back in every step (issue 26; BENCHMARKS.md, LLM decode on the CPU)."""
+
+    def __init__(self, loop: _Loop, executables: dict[str, Any]):
+        from ..backends.litert import CarriedState
+
+        self.executables = executables
+        shared = next(iter(executables.values())).shared
+        self.state = CarriedState(shared, [loop.caches[n]._data() for n in loop.cache_names])
+        self.layouts = {key: _carried_layout(loop, key, executable) for key, executable in executables.items()}
+
+    @classmethod
+    def for_loop(cls, loop: _Loop) -> "_CarriedCache | None":
+        """One for ``loop`` where one official interpreter runs every signature it steps through whole."""
+        from ..backends.litert import LiteRtExecutable
+
+        executables = {}
+        for key in [loop.decode, *loop.prefills.values()]:  # the decode first: nothing made for another engine
+            backend = loop.model._backend(loop.model._signature(key))
+            whole = getattr(backend, "whole_executable", None)
+            executable = whole() if whole is not None else None
+            if not isinstance(executable, LiteRtExecutable):
+                return None
+            executables[key] = executable
+        if len({id(e.shared) for e in executables.values()}) != 1:
+            return None
+        return cls(loop, executables)
+
+    def run(self, key: str, fed: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Run signature ``key`` on ``fed`` (name -> array) with the carried cache; its logits, or None."""
+        carried_in, carried_out, positions, logits = self.layouts[key]
+        results = self.executables[key].run_carrying(self.state, carried_in, carried_out,
+                                                     {positions[n]: v for n, v in fed.items()}, logits)
+        return results[0] if results else None
+
+
+def _carried_layout(loop: _Loop, key: str, executable: Any) -> tuple[list[int], list[int], dict[str, int], list[int]]:
+    """Where signature ``key``'s cache, fed inputs and logits sit among ``executable``'s inputs and outputs:
+    (cache inputs, cache outputs, fed name -> input position, [logits output position] or [])."""
+    signature = loop.model._signature(key)
+    by_input, by_output = dict(signature.inputs), dict(signature.outputs)
+    inputs, outputs = list(executable.op_range.inputs), list(executable.op_range.outputs)
+    fed = {n: inputs.index(by_input[n]) for n in (loop.tokens_name, loop.position_name, loop.mask_name) if n}
+    logits = [outputs.index(by_output[loop.logits_name])] if loop.logits_name in by_output else []
+    return ([inputs.index(by_input[n]) for n in loop.cache_names], [outputs.index(by_output[n]) for n in loop.cache_names],
+            fed, logits)
 
 
 @functools.lru_cache(maxsize=None)
@@ -328,21 +398,24 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
         if first not in stops:
             yield from _device_decode(loop, device, first, len(prompt), max_new_tokens - 1)
         return
-    if temperature == 0:
-        first = pick(last)
-        yield first
-        if first not in stops and max_new_tokens > 1:
-            yield from _greedy_decode(loop, first, len(prompt), max_new_tokens - 1, stops)
-        return
-    produced, position = 0, len(prompt)
-    while True:
-        token = pick(last)
-        produced += 1
-        yield token
-        if token in stops or produced == max_new_tokens:
+    try:
+        if temperature == 0:
+            first = pick(last)
+            yield first
+            if first not in stops and max_new_tokens > 1:
+                yield from _greedy_decode(loop, first, len(prompt), max_new_tokens - 1, stops)
             return
-        last = loop.step(loop.decode, [token], position)[0]
-        position += 1
+        produced, position = 0, len(prompt)
+        while True:
+            token = pick(last)
+            produced += 1
+            yield token
+            if token in stops or produced == max_new_tokens:
+                return
+            last = loop.step(loop.decode, [token], position)[0]
+            position += 1
+    finally:
+        loop.release()  # done or abandoned: a cache kept in the engine need not be copied out for its next user
 
 
 def _greedy_decode(loop: _Loop, token: int, position: int, count: int, stops: set[int]) -> Iterator[int]:
