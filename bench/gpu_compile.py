@@ -221,20 +221,13 @@ def _weights_read(state: Any, sg: Any, ops: Any) -> list[tuple[str, Any]]:
         for i in op.inputs:
             if i < 0:
                 continue
-            for index in [i, *_detail_tensors(sg.tensors[i])]:
+            for index in [i, *sg.tensors[i].detail_tensors]:
                 key = (state.folded.get((sg.index, index)) or state.param_key.get((sg.index, index))
                        or state.stacked_key.get((sg.index, index))
                        or (state.stack_slice.get((sg.index, index)) or (None,))[0])
                 if key is not None and key in state.params:
                     keys.setdefault(key, sg.tensors[index])
     return list(keys.items())
-
-
-def _detail_tensors(t: Any) -> list[int]:
-    details = t.quantization.details if t.quantization is not None else None
-    if details is None:
-        return []
-    return [int(details.get(name, -1)) for name in ("scales", "zero_points") if int(details.get(name, -1) or -1) >= 0]
 
 
 def file_bytes_read(sg: Any, ops: Any, original: Any) -> int:
@@ -250,14 +243,14 @@ def file_bytes_read(sg: Any, ops: Any, original: Any) -> int:
         source = by_name.get(t.name) or by_name.get(t.name.rsplit("/", 1)[0]) or t
         if source.raw is not None and source.raw.size:
             found[source.buffer if source.buffer > 0 else id(source)] = int(source.raw.nbytes)
-            for index in _detail_tensors(source):
+            for index in source.detail_tensors:
                 count(original.subgraphs[sg.index].tensors[index])
 
     for op_index in ops:
         for i in sg.operators[op_index].inputs:
             if i >= 0:
                 count(sg.tensors[i])
-                for index in _detail_tensors(sg.tensors[i]):
+                for index in sg.tensors[i].detail_tensors:
                     count(sg.tensors[index])
     return sum(found.values())
 

@@ -82,21 +82,6 @@ def _quantization_key(t: Tensor) -> Any:
     return (tuple(q.scale), tuple(q.zero_point or ()), q.quantized_dimension, details)
 
 
-def _detail_tensors(t: Tensor) -> list[int]:
-    details = t.quantization.details if t.quantization is not None else None
-    if details is None:
-        return []
-    found = []
-    for name in ("scales", "zero_points"):
-        try:
-            index = int(details.get(name, -1))
-        except (TypeError, ValueError):
-            continue
-        if index >= 0:
-            found.append(index)
-    return found
-
-
 def _op_signature(sg: Subgraph, op: Any, model: Any = None, memo: dict | None = None) -> tuple:
     def tensor(i: int) -> Any:
         if i < 0:
@@ -212,7 +197,7 @@ def _wired(sg: Subgraph, order: Sequence[int], start: int, period: int, count: i
     for j, op_index in enumerate(template):
         reads = [list(sg.operators[blocks[k][j]].inputs) for k in range(count)]
         # blockwise scales and zero points that weights name: stacked with them
-        extra = [[d for i in reads[k] if i >= 0 for d in _detail_tensors(sg.tensors[i])] for k in range(count)]
+        extra = [[d for i in reads[k] if i >= 0 for d in sg.tensors[i].detail_tensors] for k in range(count)]
         for slot in range(len(reads[0]) + len(extra[0])):
             tensors = [(reads[k] + extra[k])[slot] for k in range(count)]
             role = _role(sg, tensors, made, is_weight, j)
@@ -232,7 +217,7 @@ def _wired(sg: Subgraph, order: Sequence[int], start: int, period: int, count: i
     inside = {op for ops in blocks for op in ops}
     later_reads = {i for op in after for i in sg.operators[op].inputs if i >= 0} | set(sg.outputs)
     for op in after:  # blockwise details of weights read after the run are no block tensors
-        later_reads.update(d for i in sg.operators[op].inputs if i >= 0 for d in _detail_tensors(sg.tensors[i]))
+        later_reads.update(d for i in sg.operators[op].inputs if i >= 0 for d in sg.tensors[i].detail_tensors)
     read_by_next = {made_by for _, made_by in carried.values()}
     collected: dict[tuple[int, int], tuple[int, ...]] = {}
     last: dict[tuple[int, int], int] = {}

@@ -226,23 +226,6 @@ def _unpack_sub_byte(jnp: Any, packed: Any, t: Tensor) -> Any:
     return values.reshape(-1)[:t.num_elements].reshape(t.shape)
 
 
-def _quantization_tensors(t: Tensor) -> list[int]:
-    """Tensors that ``t``'s quantization details name (blockwise scales and zero points): ops
-    read them without taking them as inputs."""
-    details = t.quantization.details if t.quantization is not None else None
-    if details is None:
-        return []
-    found = []
-    for name in ("scales", "zero_points"):
-        try:
-            index = int(details.get(name, -1))
-        except (TypeError, ValueError):
-            continue
-        if index >= 0:
-            found.append(index)
-    return found
-
-
 # (storage, compute) dtype of float32 tensors per precision name; ``litegpu.compile.precision``
 # documents and validates the names (it sits above this module, so it is not imported here).
 _PRECISION_DTYPES = {
@@ -810,7 +793,7 @@ class XlaState:
                 if not op.outputs or not all(t < 0 or (sg.index, t) in self.folded for t in op.outputs):
                     read.update(op.inputs)
                     for i in op.inputs:  # blockwise scales: read by the op through its weights' quantization
-                        read.update(_quantization_tensors(sg.tensors[i]) if i >= 0 else ())
+                        read.update(sg.tensors[i].detail_tensors if i >= 0 else ())
             still_read.update(self.param_key[(sg.index, t)] for t in read if (sg.index, t) in self.param_key)
         for key in [k for k in self.params if k not in still_read]:
             del self.params[key]

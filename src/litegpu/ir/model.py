@@ -126,6 +126,23 @@ class Tensor:
         return math.prod(self.shape)
 
     @property
+    def detail_tensors(self) -> tuple[int, ...]:
+        """Tensors that this tensor's quantization details name (blockwise scales and zero points): ops read them
+        through this tensor, without taking them as inputs."""
+        details = self.quantization.details if self.quantization is not None else None
+        if details is None:
+            return ()
+        found = []
+        for name in ("scales", "zero_points"):
+            try:
+                index = int(details.get(name, -1))
+            except (TypeError, ValueError):
+                continue
+            if index >= 0:
+                found.append(index)
+        return tuple(found)
+
+    @property
     def is_dynamic(self) -> bool:
         return self.shape_signature is not None and any(d < 0 for d in self.shape_signature)
 
