@@ -3,8 +3,12 @@
     python bench/bench_llm.py MODEL.tflite [--prompt 20] [--new 32] [--threads 2]
 
 Same greedy loop for every runtime (prefill the prompt but its last token with the smallest prefill_<T>,
-decode the last token, then one decode per new token; KV cache fed back): litegpu (``generate_stream``,
-cache on the device), the official interpreter with its builtin kernels and with XNNPACK (its default).
+decode the last token, then one decode per new token; KV cache fed back; a model whose prefill returns logits,
+as bench/decoder_model.py's, prefills the whole prompt): litegpu (``generate_stream``: the cache on the device
+with XLA, in the interpreter's own tensors with the official interpreter), the official interpreter with its
+builtin kernels and with XNNPACK (its default), both through its signature runners (the cache through numpy),
+and litegpu with the cache passed through TensorBuffers (what it did before keeping it in the interpreter).
+The runtimes alternate repeat by repeat, in one process.
 With ``--litertlm BUNDLE`` (the same model bundled by bench/litertlm_bundle.py; LiteRT-LM runs litert-torch's
 mask-as-input or transposed-KV exports) also LiteRT-LM (``litert-lm-api``), the official LLM runtime, through
 its own benchmark (same prompt length and new tokens; it reports its own TTFT and decode rate).
@@ -20,13 +24,21 @@ import numpy as np
 
 
 def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin: bool):
+    """The official interpreter's signature runners stepped by hand, the cache passed back through numpy:
+    litert-torch's exports (``prefill_<T>`` without logits, one position per token: the prompt but its last
+    token prefilled, the last token decoded) and ``bench/decoder_model.py``'s (one ``prefill`` with logits and
+    one position: the whole prompt prefilled).  The prompt must fit one prefill."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin else OpResolverType.AUTO
     interp = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
     decode = interp.get_signature_runner("decode")
-    prefills = sorted(int(k.split("_")[1]) for k in interp.get_signature_list() if k.startswith("prefill_"))
+    signatures = interp.get_signature_list()
+    prefills = {int(k.split("_")[1]) if "_" in k else
+                int(interp.get_signature_runner(k).get_input_details()["tokens"]["shape"][-1]): k
+                for k in signatures if k == "prefill" or k.startswith("prefill_")}
     mask_shape = decode.get_input_details().get("mask", {}).get("shape")  # litert-torch's mask_as_input
+    state = [k for k in decode.get_input_details() if k in signatures["decode"]["outputs"]]
 
     def mask(rows: int, position: int) -> dict:
         if mask_shape is None:
@@ -34,26 +46,35 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
         allowed = np.arange(mask_shape[-1])[None, :] <= (position + np.arange(rows))[:, None]
         return {"mask": np.where(allowed, 0, np.finfo(np.float32).min).astype(np.float32).reshape(1, 1, rows, -1)}
 
+    def positions(runner, start: int, count: int) -> np.ndarray:
+        shape = runner.get_input_details()["input_pos"]["shape"]
+        return (np.arange(start, start + count) if int(np.prod(shape)) > 1 else np.array([start])).astype(np.int32)
+
     def run() -> tuple[float, float, list[int]]:
         start = time.perf_counter()
-        kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k.startswith("kv")}
-        body = prompt[:-1]
-        if body:
-            length = next((n for n in prefills if n >= len(body)), prefills[-1])
-            tokens = np.zeros((1, length), np.int32)
-            tokens[0, :len(body)] = body
-            out = interp.get_signature_runner(f"prefill_{length}")(
-                tokens=tokens, input_pos=np.arange(length, dtype=np.int32), **kv, **mask(length, 0))
-            kv = {k: v for k, v in out.items() if k.startswith("kv")}
-        token, position, tokens_out, first = prompt[-1], len(prompt) - 1, [], 0.0
-        for i in range(new):
-            out = decode(tokens=np.array([[token]], np.int32), input_pos=np.array([position], np.int32), **kv,
+        kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k in state}
+        key = next(k for n, k in sorted(prefills.items()) if n >= len(prompt))
+        runner = interp.get_signature_runner(key)
+        with_logits = "logits" in signatures[key]["outputs"]
+        body = prompt if with_logits else prompt[:-1]
+        length = next(n for n, k in prefills.items() if k == key)
+        tokens = np.zeros((1, length), np.int32)
+        tokens[0, :len(body)] = body
+        out = runner(tokens=tokens, input_pos=positions(runner, 0, length), **kv, **mask(length, 0))
+        kv = {k: v for k, v in out.items() if k in state}
+        if with_logits:
+            token = int(np.argmax(out["logits"].reshape(length, -1)[len(body) - 1]))
+            position, tokens_out, first = len(prompt), [token], time.perf_counter()
+        else:
+            token, position, tokens_out, first = prompt[-1], len(prompt) - 1, [], 0.0
+        while len(tokens_out) < new:
+            out = decode(tokens=np.array([[token]], np.int32), input_pos=positions(decode, position, 1), **kv,
                          **mask(1, position))
-            kv = {k: v for k, v in out.items() if k.startswith("kv")}
+            kv = {k: v for k, v in out.items() if k in state}
             token = int(np.argmax(out["logits"].reshape(-1)))
             tokens_out.append(token)
             position += 1
-            if i == 0:
+            if len(tokens_out) == 1:
                 first = time.perf_counter()
         end = time.perf_counter()
         return first - start, (new - 1) / (end - first), tokens_out
@@ -61,22 +82,38 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
     return run
 
 
-def litegpu_loop(path: str, prompt: list[int], new: int, threads: int):
+def litegpu_loop(path: str, prompt: list[int], new: int, threads: int, carried: bool = True):
+    """``generate_stream``; ``carried=False`` passes the cache through TensorBuffers even where the official
+    interpreter could keep it in its tensors (the code before issue 26), to measure what keeping it saves."""
+    import contextlib
+
     import litegpu
+    from litegpu.runtime import generate as generate_module
 
     model = litegpu.CompiledModel.from_file(path, options=litegpu.Options(
         litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=threads)))
 
+    @contextlib.contextmanager
+    def through_buffers():
+        found = generate_module._CarriedCache.for_loop
+        generate_module._CarriedCache.for_loop = classmethod(lambda cls, loop: None)
+        try:
+            yield
+        finally:
+            generate_module._CarriedCache.for_loop = found
+
     def run() -> tuple[float, float, list[int]]:
-        start = time.perf_counter()
-        out, first = [], 0.0
-        for i, token in enumerate(litegpu.generate_stream(model, prompt, new)):
-            out.append(token)
-            if i == 0:
-                first = time.perf_counter()
-        end = time.perf_counter()
+        with contextlib.nullcontext() if carried else through_buffers():
+            start = time.perf_counter()
+            out, first = [], 0.0
+            for i, token in enumerate(litegpu.generate_stream(model, prompt, new)):
+                out.append(token)
+                if i == 0:
+                    first = time.perf_counter()
+            end = time.perf_counter()
         return first - start, (new - 1) / (end - first), out
 
+    run.plan = model.plan.engine_summary()  # type: ignore[attr-defined]
     return run
 
 
@@ -106,6 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, 100, args.prompt)]
     runs = {"litegpu": litegpu_loop(args.model, prompt, args.new, args.threads),
+            "litegpu, cache through buffers": litegpu_loop(args.model, prompt, args.new, args.threads, False),
             "official builtin": official_loop(args.model, prompt, args.new, args.threads, True),
             "official XNNPACK": official_loop(args.model, prompt, args.new, args.threads, False)}
     if args.litertlm:
@@ -130,6 +168,7 @@ def main() -> None:
         print(f"| {name} | {ttft:.1f} | {rate:.0f} | {same} |")
     for name, error in errors.items():
         print(f"| {name} | cannot run: {error} | | |")
+    print(f"\nlitegpu's plan: {runs['litegpu'].plan}; {args.threads} threads, median of {args.repeats} alternated repeats")
 
 
 if __name__ == "__main__":

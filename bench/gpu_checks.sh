@@ -5,6 +5,7 @@
 #     bench/gpu_checks.sh zoo bench       # second call, on the still-warm machine (about 6 minutes)
 #     bench/gpu_checks.sh env iree        # issue 28: the zoo through IREE on Vulkan beside XLA on CUDA and the
 #                                         # official GPU accelerator, same run (after bench/gpu_prepare.sh iree)
+#     bench/gpu_checks.sh llm             # issue 25: ~3 GB decoders, this checkout's code and .old's (see step_llm)
 #
 # Run from the repository root.  A device call lasts at most 10 minutes and a session has 15 minutes of device
 # time, machine start included, so the steps come in two calls made back to back (the machine stays warm for
@@ -90,11 +91,33 @@ step_bench() {
     $b boundaries $a --json "$JSON/boundaries.json"
     for w in ${DECODE_WEIGHTS:-float16 float32 int8 int4}; do
         $b decode $a --gigabytes "${DECODE_GB:-1}" --weights "$w" --repeats 2 $small --json "$JSON/decode_$w.json"
-        if [ "$w" = float16 ]; then  # A/B: float16 weights converted in every step, as before 2026-11-25
-            $b decode $a --gigabytes "${DECODE_GB:-1}" --weights float16 --fold-share 0 --repeats 2 $small \
-                --json "$JSON/decode_float16_unfolded.json"
+        if [ "$w" = float16 ]; then  # A/B: one launch per token (generate's loop before 2026-11-26)
+            $b decode $a --gigabytes "${DECODE_GB:-1}" --weights float16 --chunk 0 --repeats 2 $small \
+                --json "$JSON/decode_float16_token_by_token.json"
         fi
     done
+}
+
+step_llm() {
+    # Issue 25: decode of ~3 GB decoders (width 4096: float16 7 layers, int8 15, int4 30) with litegpu as it is
+    # (weights as stored, a chunk of tokens per launch) and, on the same files, the litegpu of OLD_SRC (a copy of
+    # src/ from before the change: `git archive <commit> src | tar -x -C .old`), new first.  The JSON goes straight
+    # to $OUT, so that what finished comes back even if the device time runs out during a later model.
+    local b="bench/bench_gpu.py decode --accelerator $ACCELERATOR --repeats 3 --width ${DECODE_WIDTH:-4096}"
+    local keep=/tmp/litegpu-llm small=""
+    [ "$ACCELERATOR" = cpu ] && small="--vocab 1000 --max-len 64 --prefill-len 8 --steps 17 --bandwidth-gb 0.02"
+    mkdir -p $keep
+    for w in ${LLM_WEIGHTS:-float16 int8 int4}; do
+        PYTHONPATH=$PWD/src:$PYTHONPATH timeout "${LLM_STEP_LIMIT:-100}" $PY $b --gigabytes "${LLM_GB:-3}" \
+            --weights "$w" --keep $keep $small --json "$OUT/llm_new_$w.json"
+    done
+    if [ -d "${OLD_SRC:-.old/src}" ]; then
+        for w in ${LLM_OLD_WEIGHTS:-float16 int8}; do
+            PYTHONPATH=$PWD/${OLD_SRC:-.old/src}:$PYTHONPATH timeout "${LLM_STEP_LIMIT:-100}" $PY $b \
+                --gigabytes "${LLM_GB:-3}" --weights "$w" --keep $keep $small --json "$OUT/llm_old_$w.json"
+        done
+    fi
+    rm -rf $keep
 }
 
 step_zoo() {
@@ -117,7 +140,7 @@ EOF
     $PY bench/zoo.py run --iree --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo_iree.json"
 }
 
-declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [iree]=420)
+declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [llm]=520 [iree]=420)
 setup
 for step in "${@:-env tests zoo bench}"; do
     for s in $step; do

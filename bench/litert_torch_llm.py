@@ -1,6 +1,6 @@
 """Export a tiny SmolLM-architecture decoder with litert-torch's generative API, in every weight format.
 
-    /work/torchenv/bin/python bench/litert_torch_llm.py OUT_DIR [FORMAT ...] [--mask-as-input] [--transposed-kv] [--prefill=8,32]
+    /work/torchenv/bin/python bench/litert_torch_llm.py OUT_DIR [FORMAT ...] [--mask-as-input] [--transposed-kv] [--prefill=8,32] [--layers=N]
 
 FORMAT is one of the converter's ``quantize`` values (litert-torch 0.10, ``converter.QuantizationName``):
 ``none`` (float32), ``fp16``, ``dynamic_int8``, ``weight_only_int8``, ``dynamic_int4_block32``,
@@ -49,9 +49,13 @@ def _schema_without_tensorflow() -> None:
     sys.modules["tensorflow.lite.python.schema_py_generated"] = schema
 
 
+LAYERS = 2  # SmolLM's fake config; ``--layers=N`` changes it (deeper exports: the layer loop of backends/layer_scan.py)
+
+
 def _config(quantize):
     from litert_torch.generative.examples.smollm import smollm
     config = smollm.get_fake_model_config()
+    config.num_layers = LAYERS
     if quantize in WIDE_BLOCKS:
         config.embedding_dim = 512
         config.block_config(0).attn_config.num_heads = 8
@@ -88,6 +92,8 @@ def main(argv: list[str]) -> int:
 
     mask_as_input, transposed = "--mask-as-input" in argv, "--transposed-kv" in argv
     prefill = next((a.split("=", 1)[1] for a in argv if a.startswith("--prefill=")), "8,32")
+    global LAYERS
+    LAYERS = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--layers=")), LAYERS))
     prefill_lengths = [int(n) for n in prefill.split(",")]
     args = [a for a in argv if not a.startswith("--")]
     out_dir, formats = args[0], args[1:] or FLAG_FORMATS + SCHEME_FORMATS

@@ -63,3 +63,8 @@ class CacheError(LiteGpuError):
 
 class WriteError(LiteGpuError, OSError):
     """A model could not be written."""
+
+
+class FormatConversionError(LiteGpuError, ValueError):
+    """A model holds something the file format it is being written as cannot express (a circle-only
+    op or tensor type written as .tflite, a TFLite-only type written as .circle)."""

@@ -248,6 +248,7 @@ def test_models_xla_would_run_alone_go_to_the_official_interpreter():
 
 def _openvino_or_litert(monkeypatch, winner):
     calls = []
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
 
     def timed(candidates, **kwargs):
         calls.append(sorted(candidates))
@@ -271,6 +272,7 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
 @pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.95, "openvino")])
 def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
     pytest.importorskip("openvino")
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
     monkeypatch.setattr("litegpu.backends.engine.fastest", lambda candidates, **kwargs: (
         min(("litert", 1.0), ("openvino", openvino_ms), key=lambda c: c[1])[0],
         {"litert": 1.0, "openvino": openvino_ms}))
@@ -322,6 +324,27 @@ def test_fastest_picks_the_quicker_candidate_and_drops_failures():
     assert name == "quick" and set(medians) == {"slow", "quick"} and medians["quick"] < medians["slow"]
     with pytest.raises(ModelExecutionError, match="no engine could run"):
         fastest({"broken": [(_Sleeper(0, fail=True), [])]})
+
+
+class _Costly(Executable):
+    """Advances a fake clock by the next of its costs at each run (the first is the warm-up's)."""
+
+    def __init__(self, costs, clock):
+        self.costs, self.clock = list(costs), clock
+
+    def run(self, inputs):
+        self.clock[0] += self.costs.pop(0)
+        return [np.zeros(1)]
+
+
+def test_fastest_compares_the_candidates_round_by_round(monkeypatch):
+    """The load changes between rounds (1, 10, 100 here) and one slot of round two is disturbed: compared
+    median against median, b (truly 1.1x a) would win; compared within each round, a does."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    a, b = _Costly([1, 1, 12, 100], clock), _Costly([1, 1.1, 10.45, 110], clock)
+    name, seconds = fastest({"a": [(a, [])], "b": [(b, [])]}, budget_s=1e9, min_rounds=3, max_rounds=3)
+    assert name == "a" and seconds["b"] == pytest.approx(1.1 * seconds["a"])
 
 
 def test_sample_inputs_are_valid_indices_for_integer_inputs():
@@ -379,3 +402,44 @@ def test_a_model_split_around_a_custom_op_times_the_official_interpreter_on_its_
         CPU, cpu_options=litegpu.CpuOptions(kernel_mode=litegpu.CpuKernelMode.BUILTIN)))
     np.testing.assert_allclose(list(fast.run([x]).values())[0], list(exact.run([x]).values())[0], rtol=1e-4,
                                atol=1e-4)
+
+
+# ---- the official library's log lines -------------------------------------------------------------
+
+_FIRST_LOAD = """
+import numpy as np, litegpu
+model = litegpu.CompiledModel.from_file({path!r}, options=litegpu.Options(
+    litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(engines=("litert",))))
+details = model.get_input_tensor_details(0)
+model.run({{name: np.zeros(d["shape"], d["dtype"]) for name, d in details.items()}})
+print(model.plan.engine_summary())
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_xnnpack_delegate_info_line_stays_out_of_stderr_unless_debugging(debug):
+    import os
+    import subprocess
+
+    path = SHARED / "two_signatures_float32.tflite"
+    if not path.exists():
+        pytest.skip("shared models not present")
+    env = {k: v for k, v in os.environ.items() if k != "LITEGPU_DEBUG"}
+    if debug:
+        env["LITEGPU_DEBUG"] = "1"
+    done = subprocess.run([sys.executable, "-c", _FIRST_LOAD.format(path=str(path))], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "LiteRT (XNNPACK)" in done.stdout
+    # with LITEGPU_DEBUG the official library's own line shows: the model did go through its XNNPACK delegate
+    assert ("Created TensorFlow Lite XNNPACK delegate" in done.stderr) is debug, done.stderr
+
+
+def test_only_info_lines_are_dropped_and_stderr_is_restored(capfd, monkeypatch):
+    import os
+
+    monkeypatch.delenv("LITEGPU_DEBUG", raising=False)
+    with litert_backend.native_info_logs_dropped():
+        os.write(2, b"INFO: chatter\nWARNING: something the user must see\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "WARNING: something the user must see\nafter\n"

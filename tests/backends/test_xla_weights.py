@@ -134,8 +134,10 @@ def test_tying_never_changes_a_value():
 def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quantized_params, monkeypatch, weights):
     """A big model's subgraph of many ops is compiled as parts (xla.PART_OPS), cut between layers where
     only the hidden state crosses; the parts give the whole program's results (to float rounding: XLA fuses
-    differently across a cut)."""
+    differently across a cut).  Layers looped over (``SCAN_MIN_BLOCKS``) make a small program already: here they
+    are traced one by one, as layers that differ are."""
     model = dm.build_decoder(_config(weights))
+    monkeypatch.setattr(xla, "SCAN_MIN_BLOCKS", 0)
     state = xla.XlaState(model, xla.device_for("cpu"))
     for key in ("prefill", "decode"):
         index, inputs = _signature_inputs(model, key)
@@ -179,19 +181,22 @@ def test_sliced_quantized_matmuls_loop_over_the_stored_weights(no_folding, quant
         _check_against_reference(model, looped, index, inputs)
 
 
-@pytest.mark.parametrize("device_free_bytes", [None, 1 << 30, 1 << 10])
-def test_on_an_accelerator_float16_weights_are_folded_while_they_fit_its_memory(monkeypatch, device_free_bytes):
-    """Past the host budget (0 here) float16 weights stay float16 on the CPU; on a GPU with room they are
-    converted once at load (a step that converts them costs ~5x their float32 read on the H200)."""
+@pytest.mark.parametrize("platform, share, device_free_bytes",
+                         [("cpu", None, None), ("gpu", None, 1 << 30), ("gpu", 0.25, 1 << 30), ("gpu", 0.25, 1 << 10)])
+def test_on_an_accelerator_float16_weights_stay_float16_unless_a_share_of_its_memory_is_given(
+        monkeypatch, platform, share, device_free_bytes):
+    """Past the host budget (0 here) float16 weights stay float16 on the CPU; on a GPU they stay float16 too
+    (converted inside the kernels that read them), unless FOLD_GROWTH_DEVICE_SHARE of its free memory is given
+    to float32 copies made at load, and they fit in it."""
     monkeypatch.setattr(xla, "FOLD_GROWTH_BUDGET_BYTES", 0)
-    on_gpu = device_free_bytes is not None
-    monkeypatch.setattr(xla, "_is_accelerator", lambda device: on_gpu)
+    if share is not None:
+        monkeypatch.setattr(xla, "FOLD_GROWTH_DEVICE_SHARE", share)
     monkeypatch.setattr(xla, "device_available_bytes", lambda device: (device_free_bytes, "test"))
     config = _config("float16", layers=2)
     model = dm.build_decoder(config)
-    state = xla.XlaState(model, xla.device_for("cpu"))
+    state = xla.XlaState(model, xla.device_for("cpu"), platform=platform)
     dtypes = {np.dtype(p.dtype) for p in state.params.values() if p.size >= config.width * config.width}
-    folded = on_gpu and device_free_bytes >= 1 << 20  # a quarter of the free memory holds the float32 weights
+    folded = share is not None and device_free_bytes >= 1 << 20  # a quarter of the free memory holds float32
     assert dtypes == ({np.dtype(np.float32)} if folded else {np.dtype(np.float16)})
     backend, index, inputs, _, _ = _compile(model, "decode", state)
     _check_against_reference(model, backend, index, inputs)

@@ -163,3 +163,20 @@ def test_reference_profile_times_each_numpy_kernel(tmp_path):
     assert p["method"] == "reference-op-by-op" and p["ops_timed"] == 2
     assert [r["op"] for r in sorted(p["ops"], key=lambda r: r["index"])] == ["ADD", "RELU"]
     assert p["sum_ms"] == pytest.approx(sum(r["ms"] for r in p["ops"])) and p["sum_ms"] > 0
+
+
+def test_bench_reports_the_weights_xla_holds_against_the_file(tmp_path, capsys):
+    """Issue 25: the weights as XLA holds them (here float32, once) against the file's constants."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 16), "float32")
+    w = b.constant("w", np.arange(512, dtype=np.float32).reshape(32, 16) / 512)  # a parameter (> 256 elements)
+    y = b.tensor("y", (1, 32), "float32")
+    b.op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.output(y)
+    path = tmp_path / "fc.tflite"
+    path.write_bytes(to_bytes(b.build()))
+    code, out, err = run_cli(capsys, "bench", str(path), "--runs", "2", "--warmup", "0", "--kernel-mode", "builtin",
+                             "--json", "-")
+    assert code == 0, err
+    weights = json.loads(out)["memory"]["weights"]
+    assert weights is not None and 0 < weights["held_bytes"] <= 1.1 * weights["file_weight_bytes"]

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from litegpu.backends import ReferenceBackend
-from litegpu.compile.float_view import (dequantize_constant, float_view, float_view_backend, model_for_platform)
+from litegpu.compile.float_view import (KEPT_QUANTIZED_MIN_ELEMENTS, dequantize_constant, float_view, float_view_backend,
+                                        model_for_platform)
 from litegpu.errors import InvalidArgumentError
 from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder, quantization
@@ -324,9 +325,25 @@ def test_mobilenet_float_view_structure(mobilenet):
         if op.opcode_name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
             assert all(sg.tensors[t].dtype == "float32" for t in op.inputs + op.outputs if t >= 0), str(op)
             w = sg.tensors[op.inputs[1]]
-            assert w.is_constant and w.name.endswith("/dequantized")
-    # one fake quant per quantized op output, none after the RESHAPE (equal parameters)
-    computing = sum(op.opcode_name not in ("QUANTIZE", "DEQUANTIZE", "RESHAPE") for op in sg.operators)
+            assert w.name.endswith("/dequantized")
+            # the weights stay int8 (as in the file): a DEQUANTIZE of the original constant makes the float ones
+            # (converted inside the op that reads them on the GPU); the tiny ones are float32 constants
+            made = [o for o in sg.operators if op.inputs[1] in o.outputs]
+            if w.num_elements > KEPT_QUANTIZED_MIN_ELEMENTS:
+                # MUL(DEQUANTIZE(the int8 constant with unit scales), its scales)
+                assert not w.is_constant and [o.opcode_name for o in made] == ["MUL"]
+                dequantize = next(o for o in sg.operators if made[0].inputs[0] in o.outputs)
+                assert dequantize.opcode_name == "DEQUANTIZE"
+                integers = sg.tensors[dequantize.inputs[0]]
+                original = next(t for t in model.main.tensors if t.name == integers.name.rsplit("/", 1)[0])
+                assert integers.is_constant and integers.dtype == "int8" and integers.buffer == original.buffer
+                assert set(integers.quantization.scale) == {1.0}
+            else:
+                assert w.is_constant and not made
+    # one fake quant per quantized op output, none after the RESHAPE (equal parameters) nor after the MULs that
+    # scale the weights
+    computing = sum(op.opcode_name not in ("QUANTIZE", "DEQUANTIZE", "RESHAPE")
+                    and not sg.tensors[op.outputs[0]].name.endswith("/dequantized") for op in sg.operators)
     assert view.op_histogram()["QUANTIZE"] == computing
 
 
@@ -419,18 +436,24 @@ def prefill_decode_model():
     return b.build()
 
 
-def test_subgraphs_sharing_a_quantized_weight_share_its_float_buffer():
+def test_subgraphs_sharing_a_quantized_weight_keep_it_quantized_in_its_shared_buffer():
+    """The int8 weight stays int8 (each subgraph's DEQUANTIZE reads the one shared buffer); the small int32 bias
+    is dequantized once into one float32 buffer both read."""
     model = prefill_decode_model()
     view = float_view(model)
-    weights, biases = [], []
+    weights, sources, biases = [], [], []
     for sg in view.subgraphs:
         fc = next(op for op in sg.operators if op.opcode_name == "FULLY_CONNECTED")
         weights.append(sg.tensors[fc.inputs[1]])
+        scaled = next(op for op in sg.operators if fc.inputs[1] in op.outputs)
+        dequantize = next(op for op in sg.operators if scaled.inputs[0] in op.outputs)
+        assert (scaled.opcode_name, dequantize.opcode_name) == ("MUL", "DEQUANTIZE")
+        sources.append(sg.tensors[dequantize.inputs[0]])
         biases.append(sg.tensors[fc.inputs[2]])
-    assert [t.name for t in weights] == ["w/dequantized"] * 2
-    assert weights[0].buffer == weights[1].buffer > 0 and biases[0].buffer == biases[1].buffer > 0
-    np.testing.assert_array_equal(weights[1].data, dequantize_constant(model.subgraphs[1].tensors[0]))
-    assert len(view.buffers) == len(model.buffers) + 2
+    assert [t.name for t in weights] == ["w/dequantized"] * 2 and not any(t.is_constant for t in weights)
+    assert [t.dtype for t in sources] == ["int8"] * 2 and sources[0].buffer == sources[1].buffer > 0
+    assert biases[0].buffer == biases[1].buffer > 0 and biases[0].dtype == "float32"
+    assert len(view.buffers) == len(model.buffers) + 3  # the bias, the weight's scales and their shape (shared)
     assert read_model(to_bytes(view)) == view
 
 

@@ -214,10 +214,11 @@ def test_quick_api_and_write_take_dlpack_arrays_where_they_are(model, library):
     tensor never goes through the host), and a write is a copy the producer's later changes do not reach."""
     lib = PRODUCERS[library]()
     x = sample(8)
+    expected = affine(x)  # before ``fill``: a CPU torch tensor made from x shares x's memory
     source = lib.make(x)
     signature = model._signature(0)
     assert held_pointer(TensorBuffer(model._quick_input(signature, 0, source))) == lib.pointer(source)
-    np.testing.assert_allclose(model(source), affine(x), rtol=1e-6)
+    np.testing.assert_allclose(model(source), expected, rtol=1e-6)
     buffer = model.create_input_buffers(0)[0]
     buffer.write(source)
     if on_real_gpu():
@@ -226,7 +227,7 @@ def test_quick_api_and_write_take_dlpack_arrays_where_they_are(model, library):
     if lib.fill is not None:
         lib.fill(source, 2.0)
     model.run_by_index(0, [buffer], outputs)
-    np.testing.assert_allclose(outputs[0].read(), affine(x), rtol=1e-6)
+    np.testing.assert_allclose(outputs[0].read(), expected, rtol=1e-6)
 
 
 # ---- run_async semantics (no timing) ---------------------------------------------------------------

@@ -122,10 +122,11 @@ def caches_on_device(run: dict) -> list[bool]:
     return [on for n, on in run.items() if n.startswith("kv_cache")]
 
 
-def test_greedy_decoding_picks_tokens_on_the_device_and_reads_only_the_prefill_logits(float_decoder, monkeypatch):
+def test_token_by_token_greedy_decoding_picks_tokens_on_the_device_and_reads_only_the_prefill_logits(
+        float_decoder, monkeypatch):
     _, _, model = float_decoder
     read_names, runs = spy_on_runs(model, monkeypatch)
-    tokens = litegpu.generate(model, [1, 2, 3], 5)
+    tokens = litegpu.generate(model, [1, 2, 3], 5, chunk_tokens=0)
     assert len(tokens) == 5 and len(runs) == 5                      # prefill + 4 decode steps, none ahead of the end
     assert read_names == ["logits"]                                 # the prefill's; then one int per token
     assert not any(caches_on_device(runs[0]))                       # zeros from the host, once
@@ -133,12 +134,49 @@ def test_greedy_decoding_picks_tokens_on_the_device_and_reads_only_the_prefill_l
     assert not runs[1]["tokens"] and all(run["tokens"] for run in runs[2:])  # picked on the device and fed back
 
 
-def test_sampling_reads_the_logits_of_every_step(float_decoder, monkeypatch):
+def test_token_by_token_sampling_reads_the_logits_of_every_step(float_decoder, monkeypatch):
     _, _, model = float_decoder
     read_names, runs = spy_on_runs(model, monkeypatch)
-    litegpu.generate(model, [1, 2, 3], 5, temperature=1.0, seed=0)
+    litegpu.generate(model, [1, 2, 3], 5, temperature=1.0, seed=0, chunk_tokens=0)
     assert read_names == ["logits"] * 5 and len(runs) == 5
     assert all(all(caches_on_device(run)) for run in runs[1:])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_on_xla_tokens_come_from_the_device_a_chunk_per_launch(float_decoder, monkeypatch, temperature):
+    """One signature run (the prefill) and one logits read; then each launch generates a chunk of tokens on the
+    device, the next launched before the last one's tokens are read."""
+    from litegpu.backends.xla_generate import DecodeLoop
+
+    _, _, model = float_decoder
+    read_names, runs = spy_on_runs(model, monkeypatch)
+    launches = []
+    original = DecodeLoop.run
+
+    def spy(self, *args, **kwargs):
+        launches.append((self.chunk, args[2]))  # (chunk, position fed)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DecodeLoop, "run", spy)
+    tokens = litegpu.generate(model, [1, 2, 3], 12, temperature=temperature, seed=4, chunk_tokens=4)
+    assert len(tokens) == 12 and len(runs) == 1 and read_names == ["logits"]
+    assert launches == [(4, 3), (4, 7), (4, 11)]  # 11 tokens after the prefill's: 3 chunks from position 3
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16])
+def test_the_device_loop_gives_the_token_by_token_loop_tokens_for_any_chunk(float_decoder, chunk):
+    _, _, model = float_decoder
+    prompt = [4, 8, 15, 16]
+    assert litegpu.generate(model, prompt, 15, chunk_tokens=chunk) == litegpu.generate(model, prompt, 15,
+                                                                                       chunk_tokens=0)
+    sampled = litegpu.generate(model, prompt, 15, temperature=0.9, top_k=10, seed=2, chunk_tokens=chunk)
+    assert sampled == litegpu.generate(model, prompt, 15, temperature=0.9, top_k=10, seed=2, chunk_tokens=5)
+
+
+def test_a_negative_chunk_is_refused(float_decoder):
+    _, _, model = float_decoder
+    with pytest.raises(InvalidArgumentError, match="chunk_tokens"):
+        litegpu.generate(model, [1], 3, chunk_tokens=-1)
 
 
 @pytest.mark.parametrize("prompt, n, stop", [([3, 1, 4, 1, 5], 12, None), ([7], 4, None),
@@ -298,3 +336,25 @@ def test_a_buffer_whose_in_place_run_failed_says_so(fresh_decoder, monkeypatch):
         b.write(np.zeros(b.shape, b.dtype))
     model.run_by_name("decode", {**_decode_feeds(0), **caches}, {"logits": logits, **caches})
     assert np.isfinite(logits.read()).all()
+
+
+def test_looped_layers_carry_their_caches_stacked_through_the_device_loop(monkeypatch):
+    """A decoder deep enough for the layer loop (backends.layer_scan): the device loop carries each cache slot as
+    one stack for the whole generation, and the tokens are still the official interpreter's."""
+    from litegpu.backends.xla_generate import DecodeLoop
+
+    config = dm.DecoderConfig(**{**CONFIG, "layers": 4})
+    data = to_bytes(dm.build_decoder(config))
+    model = litegpu.CompiledModel.from_buffer(data, options=ON_XLA)
+    groups = []
+    original = DecodeLoop.run
+
+    def spy(self, caches, *args, **kwargs):
+        groups.append((len(self.groups), [tuple(c.shape) for c in caches]))
+        return original(self, caches, *args, **kwargs)
+
+    monkeypatch.setattr(DecodeLoop, "run", spy)
+    prompt = [3, 1, 4, 1, 5]
+    assert litegpu.generate(model, prompt, 9, chunk_tokens=4) == official_generate(data, config, prompt, 9)
+    stack = (config.layers, 1, config.max_len, config.width)
+    assert groups and all(n == 2 and shapes == [stack, stack] for n, shapes in groups)  # k and v, one stack each

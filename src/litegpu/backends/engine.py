@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +33,7 @@ from .graph import OpRange
 class EngineSettings:
     """What a compiled partition depends on besides the model: part of its cache key."""
 
-    num_threads: int = 0            # 0: the engine's default (all cores)
+    num_threads: int = 0            # 0: the engine's default (the physical cores, ``physical_cores``)
     precision: str = "fp32"         # "fp32", or a reduced precision the user asked for ("bf16", "fp16")
     approximate_integers: bool = False  # integer / hybrid ops may run with an engine's own int8 arithmetic
     exact_integers: bool = False        # integer / hybrid ops only on the exact TFLite kernels (not XNNPACK's)
@@ -52,6 +54,13 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def available(self) -> bool:
         """Whether this machine can run the engine (its package imports, its device exists)."""
+
+    def installed(self) -> bool:
+        """Whether the engine may be available, asked without loading it: an engine whose ``available`` is
+        costly (OpenVINO: importing it and starting its CPU plugin, 0.1-0.2 s) answers from its package being
+        installed, and the planner asks ``available`` only once it needs the engine, so that a warm start
+        the compile cache has decided does not load it."""
+        return self.available()
 
     @abc.abstractmethod
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
@@ -161,8 +170,9 @@ def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: T
 
 def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: Any = None,
                      cache_key: dict | None = None, whole_file: bool = True) -> dict[str, Engine]:
-    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has:
-    the official interpreter and OpenVINO, holding the model's compile cache.  ``file`` is the model's
+    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has installed
+    (``Engine.installed``: the planner asks ``available`` before it uses one): the official interpreter and
+    OpenVINO, holding the model's compile cache.  ``file`` is the model's
     file; ``whole_file`` says the model planned is that file as it is (OpenVINO then reads a whole-model
     partition from it; the official interpreter always runs the file, a rewrite changes nothing it sees)."""
     from .litert import LiteRtEngine
@@ -172,7 +182,7 @@ def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: A
     for candidate in (LiteRtEngine(settings, file=file, cache=cache, cache_key=cache_key),
                       OpenVinoEngine(cache=cache, cache_key=cache_key, settings=settings,
                                      file=file if whole_file else None)):
-        if candidate.available():
+        if candidate.installed():
             found[candidate.name] = candidate
     return found
 
@@ -201,8 +211,6 @@ def is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
 
 def cpu_name() -> str:
     """The CPU's model name (a timing verdict holds for one kind of CPU)."""
-    import platform
-
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -210,7 +218,30 @@ def cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    import platform  # only here: its import compiles a dozen regular expressions (a warm start's milliseconds)
+
     return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=1)
+def physical_cores() -> int:
+    """The physical cores this process may run on: the default thread count of every engine, as ONNX Runtime,
+    OpenVINO and PyTorch choose theirs (a second hardware thread of a core adds little to dense kernels and
+    contends with the first).  Read from the kernel's CPU topology over the CPUs of the process's affinity mask;
+    where there is no topology to read, every CPU the process may use."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/physical_package_id") as package, open(f"{topology}/core_id") as core:
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            return max(1, len(allowed))
+    return max(1, len(cores))
 
 
 def sample_inputs(model: Model, op_range: OpRange, seed: int = 0) -> list[Any]:
@@ -236,7 +267,13 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
     run in turn (a model's entry subgraphs); candidates alternate round by round, each round's order
     rotated, until ``budget_s`` is spent (at least ``min_rounds``), after one warm-up run each.  A candidate
-    whose warm-up raises drops out.  Returns (name, median seconds per round of every candidate that ran)."""
+    whose warm-up raises drops out.  Returns (name, seconds per round of every candidate that ran).
+
+    The seconds are paired estimates: a candidate's time over the first candidate's in the same round,
+    median over the rounds, times the first candidate's median.  On a machine others share, the load
+    changes from round to round; within a round the candidates run back to back and see about the same, so
+    the ratio cancels what independent medians keep (the engine choice flipped between runs on the loaded
+    2-core machine: BENCHMARKS.md, issue 26)."""
     import statistics
     import time
 
@@ -266,8 +303,11 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
             start = time.perf_counter()
             run_all(alive[name])
             times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    return min(medians, key=medians.__getitem__), medians
+    reference = order[0]
+    scale = statistics.median(times[reference])
+    paired = {name: scale * statistics.median(t / max(r, 1e-12) for t, r in zip(values, times[reference]))
+              for name, values in times.items()}
+    return min(paired, key=paired.__getitem__), paired
 
 
 def engine(name: str) -> Engine:
@@ -301,4 +341,4 @@ ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "iree"
 
 __all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "ReferenceEngine",
            "SUB_BYTE_DTYPES", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest", "integer_arithmetic",
-           "is_weight_dequantize", "op_reasons", "sample_inputs"]
+           "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]

@@ -132,6 +132,7 @@ class GraphRunner:
         self._observe = observe
         self._orders: dict[int, tuple[int, ...]] = {}
         self._checked: dict[tuple[int, int], Any] = {}
+        self._model_runners: dict[int, GraphRunner] = {}  # id(model) -> its runner (``run_model``)
 
     def order(self, sg: Subgraph) -> tuple[int, ...]:
         if sg.index not in self._orders:
@@ -143,6 +144,14 @@ class GraphRunner:
         if len(inputs) != len(sg.inputs):
             raise ModelExecutionError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
         return self._walk(sg, self.order(sg), sg.inputs, inputs, sg.outputs)
+
+    def run_model(self, model: Model, index: int, inputs: Sequence[Any]) -> list[Any]:
+        """Subgraph ``index`` of another model (circle's RUN_MODEL), run by a runner of that model for this
+        runner's target; its weights are that model's constants (under XLA, in the caller's program)."""
+        runner = self._model_runners.get(id(model))
+        if runner is None or runner.model is not model:
+            runner = self._model_runners[id(model)] = GraphRunner(model, self.target)
+        return runner.run_subgraph(index, inputs)
 
     def run_ops(self, op_range: OpRange, inputs: Sequence[Any]) -> list[Any]:
         """Run part of a subgraph: ``op_range.op_indices`` in that order, starting from the values of

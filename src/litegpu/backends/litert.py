@@ -14,7 +14,7 @@ OpenVINO partition of a split model, where timing says it is faster (``faster_th
   registered from Python run in litegpu only.
 - **Compile** creates one interpreter per model, shared by the model's signatures so that resource
   variables keep one state, with the thread count asked for (the official default is one thread; litegpu's
-  default, ``num_threads=0``, means every core); a part of a subgraph is cut out as a sub-model
+  default, ``num_threads=0``, means the physical cores); a part of a subgraph is cut out as a sub-model
   (``ir.extract``) with an interpreter of its own.  XNNPACK packs the weights at the first run: nothing to
   cache but the timing verdict.
 - **Run** writes the inputs into the interpreter, invokes it and copies the outputs out (the next run would
@@ -24,11 +24,16 @@ OpenVINO partition of a split model, where timing says it is faster (``faster_th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import sys
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -37,7 +42,8 @@ from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ops import Target
-from .engine import SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic
+from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic,
+                     physical_cores)
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,11 @@ log = logging.getLogger(__name__)
 # XNNPACK packs a copy of the weights: models past this size stay on XLA, which maps the weights in place
 # (the 1.3x memory goal of big models); the same bound as OpenVINO's, which copies them too.
 MAX_LITERT_MODEL_BYTES = 1 << 30
+# Models up to this many multiply-accumulates per run have their thread count timed when it is litegpu's default:
+# one thread against the physical cores.  On ops this small XNNPACK's second thread can cost more than it
+# saves (the work of an op too small to share out); the bound keeps the timing at most about 0.1 s of a
+# first start (a 50 M model runs in about 1-3 ms here), and bigger models share their work well.
+THREAD_CHOICE_MAX_MACS = 50_000_000
 # The other engine must beat the official interpreter by more than this to run the model: within it the timed
 # choice flipped from run to run (MediaPipe hand and face, EfficientNet-B0, DenseNet121 batch 1: the engines
 # within ~5 % there), and a tie is better given to the official default, whose outputs are the reference and
@@ -60,14 +71,21 @@ def _interpreter_module() -> Any:
 
 
 def litert_version() -> str:
-    from importlib.metadata import version
+    """The official package's version, from the package itself (the engine has imported it)."""
+    _interpreter_module()
+    import ai_edge_litert
 
-    return version("ai-edge-litert")
+    found = getattr(ai_edge_litert, "__version__", None)
+    if found is None:  # a build without it: its metadata
+        from importlib.metadata import version
+
+        found = version("ai-edge-litert")
+    return str(found)
 
 
 def thread_count(settings: EngineSettings) -> int:
-    """``num_threads=0`` is litegpu's "every core"; the official interpreter's default would be one thread."""
-    return settings.num_threads if settings.num_threads > 0 else (os.cpu_count() or 1)
+    """``num_threads=0`` is litegpu's default, the physical cores; the official interpreter's would be one thread."""
+    return settings.num_threads if settings.num_threads > 0 else physical_cores()
 
 
 class LiteRtEngine(Engine):
@@ -113,7 +131,11 @@ class LiteRtEngine(Engine):
         return self._refusals[id(model)]
 
     def _find_refusal(self, model: Model) -> str | None:
+        from ..ir.save import format_refusal
+
         reason = self.settings_refusal(model)
+        if reason is None and (not_tflite := format_refusal(model)) is not None:
+            reason = f"the official interpreter reads TFLite only: {not_tflite}"
         if reason is not None:
             return reason
         try:
@@ -151,11 +173,39 @@ class LiteRtEngine(Engine):
         allocated, on first use)."""
         key = (id(model), part)
         if key not in self._interpreters:
-            if part is None:
-                self._interpreters[key] = _SharedInterpreter(model, self.file, thread_count(self.settings))
-            else:
-                self._interpreters[key] = _SharedInterpreter(_sub_model(model, part), None, thread_count(self.settings))
+            target, file = (model, self.file) if part is None else (_sub_model(model, part), None)
+            threads = self.threads_for(target, file, "whole model" if part is None else str(part))
+            self._interpreters[key] = _SharedInterpreter(target, file, threads)
         return self._interpreters[key]
+
+    def threads_for(self, model: Model, file: str | None, scope: str) -> int:
+        """The thread count of the interpreter over ``model``: the count asked for; by default the physical
+        cores, or one thread on a small model (``THREAD_CHOICE_MAX_MACS``) where timing the two says one is
+        as fast.  The verdict is kept in the compile cache (``scope`` names the model or its part)."""
+        cores = thread_count(self.settings)
+        if self.settings.num_threads > 0 or cores == 1:
+            return cores
+        from ..compile.plan import model_macs
+
+        if model_macs(model) > THREAD_CHOICE_MAX_MACS:
+            return cores
+        key = self._threads_key(scope, cores)
+        stored = self.cache.load(key) if key is not None else None
+        if stored is not None and stored.isdigit() and int(stored) in (1, cores):
+            return int(stored)
+        threads = _timed_thread_count(model, file, cores)
+        if key is not None:
+            self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
+                                                          "source": model.source, "scope": scope})
+        return threads
+
+    def _threads_key(self, scope: str, cores: int) -> str | None:
+        if self.cache is None:
+            return None
+        from ..compile.cache import make_key
+
+        return make_key({**self.cache_key, "threads for": scope, "litert": litert_version(), "cores": cores,
+                         "cpu": cpu_name()})
 
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> "LiteRtExecutable":
@@ -189,10 +239,11 @@ class LiteRtEngine(Engine):
         if self.cache is None:
             return None
         from ..compile.cache import make_key
-        from .openvino import openvino_version
+        from .openvino import openvino_package_version
 
+        # OpenVINO's version as its package metadata says: a warm start reads the verdict without importing it
         return make_key({**self.cache_key, "choice": ["litert", other.name], "scope": scope,
-                         "litert": litert_version(), "openvino": openvino_version(),
+                         "litert": litert_version(), "openvino": openvino_package_version(),
                          "threads": thread_count(self.settings), "cpu": cpu_name()})
 
     def cached_choice(self, model: Model, scope: str, other: Engine) -> str | None:
@@ -241,6 +292,84 @@ class LiteRtEngine(Engine):
                                                     "source": model.source, "scope": scope})
 
 
+# One redirection of the process's stderr at a time (it is process-wide).
+_STDERR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def native_info_logs_dropped() -> Iterator[None]:
+    """The official library's C++ logging writes "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on the
+    process's stderr the first time an interpreter is allocated: its voice in the user's terminal, on every
+    ``litegpu run`` and first load.  While this block runs, file descriptor 2 points at a temporary file; after
+    it, whatever was caught goes back to stderr except its ``INFO:`` lines (warnings and errors, the library's or
+    another thread's, still reach the user, late by the length of the block).  ``LITEGPU_DEBUG=1`` leaves
+    stderr alone, INFO lines included."""
+    if os.environ.get("LITEGPU_DEBUG"):
+        yield
+        return
+    with _STDERR_LOCK:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):  # no stderr to redirect (closed, or not a file descriptor)
+            yield
+            return
+        caught = tempfile.TemporaryFile()
+        try:
+            os.dup2(caught.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().splitlines(keepends=True) if not line.startswith(b"INFO:")]
+            caught.close()
+            _write_all(2, b"".join(kept))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
+    """1 or ``cores``: the thread count that runs ``model``'s entry subgraphs faster, timed alternately on
+    interpreters of their own (resource variables and all: they are dropped after), a tie going to one thread
+    (the same time on a fraction of the CPU).  A model the interpreter refuses or cannot run keeps ``cores``:
+    that is found out where the model's own interpreter is made and run."""
+    import time
+
+    from ..compile.plan import entry_subgraphs
+    from .engine import fastest, sample_inputs
+
+    candidates = {}
+    for threads in (1, cores):
+        try:
+            shared = _SharedInterpreter(model, file, threads)
+        except EngineCompileError:
+            return cores
+        ranges = [_whole_subgraph(model, i) for i in entry_subgraphs(model)]
+        candidates[threads] = [(LiteRtExecutable(shared, r, model), sample_inputs(model, r)) for r in ranges]
+    # a round of a few runs at least a millisecond long: a model of microseconds is timed over many calls
+    start = time.perf_counter()
+    try:
+        for executable, inputs in candidates[cores]:
+            executable.run(inputs)
+    except ModelExecutionError:  # it loads but cannot run (a delegate that fails at its first invoke):
+        return cores  # nothing to time; the planner finds out where it runs the model
+    repeat = int(min(1000, max(1, 1e-3 / max(time.perf_counter() - start, 1e-7))))
+    _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()})
+    one, more = medians.get("1"), medians.get(str(cores))
+    if one is None or more is None:
+        return cores
+    return 1 if one <= more * (1 + TIE_MARGIN) else cores
+
+
+def _whole_subgraph(model: Model, subgraph: int) -> OpRange:
+    sg = model.subgraphs[subgraph]
+    return OpRange(subgraph, tuple(range(len(sg.operators))), tuple(sg.inputs), tuple(sg.outputs))
+
+
 def _sub_model(model: Model, part: OpRange) -> Model:
     from ..ir.extract import extract_ops
 
@@ -268,18 +397,27 @@ class _SharedInterpreter:
 
     def __init__(self, model: Model, file: str | None, threads: int):
         self.model, self.file, self.threads, self.lock = model, file, threads, threading.Lock()
+        self.carried: CarriedState | None = None  # the state held in this interpreter's tensors, if any
         self._create()
+
+    def evict_carried(self, subgraph: int | None = None) -> None:
+        """Take the carried state out to host arrays before something overwrites the tensors that hold it: a
+        run of ``subgraph`` (None: any allocation or a new interpreter).  Under ``lock``."""
+        carried = self.carried
+        if carried is not None and (subgraph is None or carried.holder_subgraph == subgraph):
+            carried.evict()
 
     def _create(self) -> None:
         interpreter = _interpreter_module().Interpreter
         try:
-            if self.file is not None:
-                self.interpreter = interpreter(model_path=self.file, num_threads=self.threads)
-            else:
-                from ..ir.save import to_bytes
+            with native_info_logs_dropped():
+                if self.file is not None:
+                    self.interpreter = interpreter(model_path=self.file, num_threads=self.threads)
+                else:
+                    from ..ir.save import to_bytes
 
-                self.interpreter = interpreter(model_content=to_bytes(self.model), num_threads=self.threads)
-            self.interpreter.allocate_tensors()
+                    self.interpreter = interpreter(model_content=to_bytes(self.model), num_threads=self.threads)
+                self.interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             raise EngineCompileError(f"the official interpreter refuses the model: {_first_line(e)}") from e
         wrapper = getattr(self.interpreter, "_interpreter", None)
@@ -291,17 +429,38 @@ class _SharedInterpreter:
         # the input shapes each subgraph is allocated for (subgraph 0 by allocate_tensors above)
         self.shapes: dict[int, dict[int, tuple[int, ...]]] = {0: {
             d["index"]: tuple(int(x) for x in d["shape"]) for d in self.interpreter.get_input_details()}}
+        self._count_allocation()
+
+    def _count_allocation(self) -> None:
+        """``allocations`` changes whenever a subgraph's inputs are allocated anew, so that an executable that
+        saw the shapes it runs allocated need not compare them tensor by tensor on every call; the views of
+        tensor memory (``view``) are dropped then, as the allocation may move it."""
+        self.allocations = getattr(self, "allocations", 0) + 1
+        self._views: dict[tuple[int, int], np.ndarray] = {}
+
+    def view(self, tensor: int, subgraph: int) -> np.ndarray:
+        """A numpy array over a tensor's memory in the interpreter (no copy), kept until the next allocation.
+        Only litegpu's own calls use the interpreter, and none through the official object's methods that
+        refuse to run while such views exist."""
+        found = self._views.get((tensor, subgraph))
+        if found is None:
+            found = self._views[(tensor, subgraph)] = self.wrapper.tensor(self.wrapper, tensor, subgraph)
+        return found
 
     def set_input_shapes(self, subgraph: int, inputs: Sequence[int], shapes: Sequence[tuple[int, ...]]) -> None:
         """Resize ``subgraph``'s inputs to ``shapes`` and reallocate, where they differ from what it has."""
         current = self.shapes.get(subgraph)
+        if current is None or any(current.get(t) != shape for t, shape in zip(inputs, shapes)):
+            self.evict_carried()  # an allocation may move any tensor of the subgraph
         if current is None:  # first use of another subgraph: allocate it at its declared shapes
             self.wrapper.AllocateTensors(subgraph)
             sg = self.model.subgraphs[subgraph]
             current = self.shapes[subgraph] = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
+            self._count_allocation()
         resized = False
         for t, shape in zip(inputs, shapes):
             if current.get(t) != shape:
+                self._count_allocation()  # first: a resize that fails may leave an input resized all the same
                 self.wrapper.ResizeInputTensor(t, np.array(shape, np.int32), False, subgraph)
                 current[t] = shape
                 resized = True
@@ -312,7 +471,60 @@ class _SharedInterpreter:
         """Variables back to their initial values and CALL_ONCE to run again, as litegpu's reset promises:
         the interpreter's own reset leaves resource variables as they are, so a new interpreter is made."""
         with self.lock:
+            self.evict_carried()  # state passed between runs is not a variable: it survives the new interpreter
             self._create()
+
+
+class CarriedState:
+    """Tensors that the runs of a model hand on to each other (a KV cache: an input of every step that comes
+    back updated as an output), kept in the official interpreter between runs (issue 26).
+
+    After a run they stay in its output tensors; the next run's input tensors are filled from there inside
+    the interpreter (``LiteRtExecutable.run_carrying``): one copy per tensor, where taking them out to numpy
+    and back cost a copy out, a new array and a copy in, per tensor and step.  Whatever else is about to
+    overwrite those tensors (another run of the same subgraph, an allocation, a new interpreter, another
+    carried state) first takes them out to host arrays (``evict``), from where the next run sets them, so
+    interleaved users each keep their own state."""
+
+    def __init__(self, shared: _SharedInterpreter, initial: Sequence[np.ndarray]):
+        self.shared = shared
+        self.host: list[np.ndarray] | None = [np.asarray(a) for a in initial]  # the values while outside
+        self.holder_subgraph: int | None = None  # where they are while inside: these output tensors
+        self.holder_tensors: list[int] = []
+        self.lost: str | None = None
+
+    def evict(self) -> None:
+        """Copy the values out of the interpreter (under the interpreter's lock)."""
+        if self.holder_subgraph is not None:
+            wrapper = self.shared.wrapper
+            self.host = [wrapper.GetTensor(t, self.holder_subgraph) for t in self.holder_tensors]
+            self.holder_subgraph = None
+        if self.shared.carried is self:
+            self.shared.carried = None
+
+    def release(self) -> None:
+        """The state is no longer needed: the tensors holding it are free for the next user without a copy."""
+        with self.shared.lock:
+            if self.shared.carried is self:
+                self.shared.carried = None
+            self.host, self.holder_subgraph = None, None
+            self.lost = "it was released"
+
+    def values(self) -> list[np.ndarray]:
+        """Host copies of the current values."""
+        with self.shared.lock:
+            self._check()
+            if self.host is not None:
+                return [a.copy() for a in self.host]
+            wrapper = self.shared.wrapper
+            return [wrapper.GetTensor(t, self.holder_subgraph) for t in self.holder_tensors]
+
+    def _check(self) -> None:
+        if self.lost is not None:
+            raise ModelExecutionError(f"the state carried between runs was lost: {self.lost}")
+
+
+_shape_of = attrgetter("shape")
 
 
 def _first_line(error: Exception) -> str:
@@ -334,26 +546,85 @@ class LiteRtExecutable(Executable):
         self._outputs = [ports[t] for t in op_range.outputs] if ports else list(op_range.outputs)
         # a sub-model has an interpreter of its own, whose subgraph 0 is the part
         self._subgraph = 0 if ports else op_range.subgraph
+        self._casts: list[int] | None = None  # outputs whose interpreter type is not the model's (first run)
+        # the input shapes of the last run, and the interpreter's allocation they were checked against
+        self._allocated_for: tuple | None = None
+        self._allocation_seen = 0
+        # run_carrying's own: the fed inputs' shapes (None for the carried ones) and the allocation it checked
+        self._carrying_shapes: tuple | None = None
+        self._carrying_allocation = 0
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        arrays = inputs if all(type(x) is np.ndarray for x in inputs) else [np.asarray(x) for x in inputs]
-        with self.shared.lock:
+        return self.run_arrays([x if type(x) is np.ndarray else np.asarray(x) for x in inputs])
+
+    def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``run`` for numpy arrays, in one frame: a model that runs in 2 us is mostly the cost of this call
+        (BENCHMARKS.md, "The cost of a call").  Inputs are resized only when their shapes change; the outputs
+        are copies (the next run overwrites the interpreter's)."""
+        shared, subgraph, inputs = self.shared, self._subgraph, self._inputs
+        shapes = tuple(map(_shape_of, arrays))
+        with shared.lock:
             try:
-                outputs = self._run(arrays)
+                if shared.carried is not None:
+                    shared.evict_carried(subgraph)  # a run of the subgraph holding a carried state overwrites it
+                if shapes != self._allocated_for or shared.allocations != self._allocation_seen:
+                    shared.set_input_shapes(subgraph, inputs, shapes)
+                    self._allocated_for, self._allocation_seen = shapes, shared.allocations
+                set_tensor = shared.wrapper.SetTensor
+                for t, a in zip(inputs, arrays):
+                    set_tensor(t, a, subgraph)
+                shared.wrapper.Invoke(subgraph)
+                outputs = list(map(shared.wrapper.GetTensor, self._outputs, repeat(subgraph, len(self._outputs))))
             except (ValueError, RuntimeError) as e:
                 raise ModelExecutionError(f"{self.shared.model.source}: the official interpreter failed on "
                                           f"{self.op_range}: {_first_line(e)}") from e
-        return [r if r.dtype == dtype else r.astype(dtype) for r, dtype in zip(outputs, self._output_dtypes)]
+        if self._casts is None:  # learnt on the first run: the interpreter's output types do not change
+            self._casts = [k for k, (r, dtype) in enumerate(zip(outputs, self._output_dtypes)) if r.dtype != dtype]
+        for k in self._casts:
+            outputs[k] = outputs[k].astype(self._output_dtypes[k])
+        return outputs
 
-    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        shared, subgraph, wrapper = self.shared, self._subgraph, self.shared.wrapper
-        current = shared.shapes.get(subgraph)
-        if current is None or any(current[t] != a.shape for t, a in zip(self._inputs, arrays)):
-            shared.set_input_shapes(subgraph, self._inputs, [a.shape for a in arrays])
-        for t, a in zip(self._inputs, arrays):
-            wrapper.SetTensor(t, a, subgraph)
-        wrapper.Invoke(subgraph)
-        return [wrapper.GetTensor(t, subgraph) for t in self._outputs]  # copies: the next run overwrites
+    def run_carrying(self, state: CarriedState, carried_inputs: Sequence[int], carried_outputs: Sequence[int],
+                     fed: dict[int, np.ndarray], read: Sequence[int]) -> list[np.ndarray]:
+        """One run whose inputs at positions ``carried_inputs`` (of this executable's inputs) take ``state``'s
+        values, in order, and whose outputs at ``carried_outputs`` become them, without leaving the interpreter;
+        the other inputs are ``fed`` (position -> array).  Returns copies of the outputs at positions ``read``."""
+        shared, subgraph, inputs, outputs = self.shared, self._subgraph, self._inputs, self._outputs
+        with shared.lock:
+            state._check()
+            if shared.carried is not None and shared.carried is not state:
+                shared.carried.evict()  # another state held here (another generation on this model)
+            shapes = (tuple(fed), tuple(map(_shape_of, fed.values())))
+            wrapper = shared.wrapper
+            try:
+                if state.host is not None or shapes != self._carrying_shapes \
+                        or shared.allocations != self._carrying_allocation:
+                    if state.host is None:
+                        state.evict()  # to resize with every shape known
+                    full: list = [None] * len(inputs)
+                    for k, value in (*zip(carried_inputs, state.host), *fed.items()):
+                        full[k] = value.shape
+                    shared.set_input_shapes(subgraph, inputs, full)
+                    self._carrying_shapes, self._carrying_allocation = shapes, shared.allocations
+                if state.host is not None:
+                    for k, value in zip(carried_inputs, state.host):
+                        wrapper.SetTensor(inputs[k], value, subgraph)
+                else:
+                    source, view = state.holder_subgraph, shared.view
+                    for k, t in zip(carried_inputs, state.holder_tensors):
+                        np.copyto(view(inputs[k], subgraph), view(t, source))
+                for k, value in fed.items():
+                    wrapper.SetTensor(inputs[k], value, subgraph)
+                state.host, state.holder_subgraph = None, None
+                wrapper.Invoke(subgraph)
+                state.holder_subgraph, state.holder_tensors = subgraph, [outputs[k] for k in carried_outputs]
+                shared.carried = state
+                return [wrapper.GetTensor(outputs[k], subgraph) for k in read]
+            except (ValueError, RuntimeError) as e:
+                if state.host is None and state.holder_subgraph is None:
+                    state.lost = f"a run on {self.op_range} failed after taking it: {_first_line(e)}"
+                raise ModelExecutionError(f"{self.shared.model.source}: the official interpreter failed on "
+                                          f"{self.op_range}: {_first_line(e)}") from e
 
     def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]] | None:
         """(shape, dtype) of each output for these input shapes, from the interpreter resized to them
@@ -367,4 +638,4 @@ class LiteRtExecutable(Executable):
                 for t, dtype in zip(self._outputs, self._output_dtypes)]
 
 
-__all__ = ["MAX_LITERT_MODEL_BYTES", "LiteRtEngine", "LiteRtExecutable", "litert_version"]
+__all__ = ["MAX_LITERT_MODEL_BYTES", "THREAD_CHOICE_MAX_MACS", "CarriedState", "LiteRtEngine", "LiteRtExecutable", "litert_version"]

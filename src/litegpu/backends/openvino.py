@@ -39,9 +39,9 @@ import numpy as np
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
-from ..ir.save import write_model
+from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, integer_arithmetic
+from .engine import Engine, EngineSettings, Executable, integer_arithmetic, physical_cores
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,29 @@ def openvino_version() -> str:
     return _openvino().get_version()
 
 
+def openvino_package_version() -> str:
+    """The installed package's version, read without importing OpenVINO (a warm start's cache keys): from the
+    name of the ``openvino-<version>.dist-info`` directory beside the package, what ``importlib.metadata``
+    reads too, without its import and scan of every installed package (10-60 ms of a 0.3 s warm start);
+    ``importlib.metadata`` where the package is laid out otherwise."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("openvino")
+    if spec is None:
+        return "not installed"
+    for package in spec.submodule_search_locations or ():
+        site = os.path.dirname(package)
+        found = [n for n in os.listdir(site) if n.startswith("openvino-") and n.endswith(".dist-info")]
+        if len(found) == 1:
+            return found[0][len("openvino-"):-len(".dist-info")]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("openvino")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 class OpenVinoEngine(Engine):
     """``cache``/``cache_key``: a compile cache where OpenVINO's verdict on a model's ops is kept, so that a
     warm start does not convert the model again to learn what it supports."""
@@ -115,6 +138,11 @@ class OpenVinoEngine(Engine):
             return "CPU" in _core().available_devices
         except Exception:  # not installed, or its plugin cannot start here
             return False
+
+    def installed(self) -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec("openvino") is not None
 
     def describe(self) -> str:
         core = _core()
@@ -184,6 +212,9 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers
     (``CpuOptions(quantized_execution="fast")``) lets integer and hybrid ops go to OpenVINO too."""
     if op.opcode_name in _STATEFUL:
         return "reads or writes state: kept where the model's state lives"
+    tflite_refusal = op_format_refusal(sg, op)
+    if tflite_refusal is not None:
+        return f"OpenVINO reads TFLite only: {tflite_refusal}"
     if any(k == "subgraph" or k.endswith("subgraph_index") for k in op.options):
         return "calls a subgraph"
     tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
@@ -333,8 +364,9 @@ class OpenVinoExecutable(Executable):
         # VM: 0.062 -> 0.042 ms on a tiny model, 1.30 -> 1.13 ms on MobileNetV3; BENCHMARKS.md).
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY",
                                   "ENABLE_CPU_PINNING": False}
-        if self.settings.num_threads > 0:
-            config["INFERENCE_NUM_THREADS"] = int(self.settings.num_threads)
+        # the physical cores by default, as the other engines: OpenVINO's own default is the same count on most
+        # machines, but named here it follows the process's affinity mask and is part of the cache key
+        config["INFERENCE_NUM_THREADS"] = int(self.settings.num_threads or physical_cores())
         return config
 
     def _key(self, shapes: tuple) -> str:

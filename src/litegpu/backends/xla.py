@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, ModelExecutionError
 from ..format.file import release_file_pages
 from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtype
-from ..ir.dtypes import SUB_BYTE_BITS
+from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, tie_to, unpack_sub_byte
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
@@ -56,18 +56,25 @@ INT_PARAM_MIN_BYTES = 64 << 10
 # int8 -> float32 quadruples) are folded only when all of them fit in FOLD_GROWTH_BUDGET_BYTES: in a
 # bigger model (a multi-GB float16 LLM) they stay in the program, converted where used, and host
 # memory holds the weights once, in their stored dtype.  Mobile float16 models (a few MB to tens of
-# MB) fold entirely.  (Converting in every run costs time: see BENCHMARKS.md, issue 9.)  On a GPU the
-# results live in device memory, not the host's: there growing folds are made whenever they all fit in
-# FOLD_GROWTH_DEVICE_SHARE of the device's free memory.  On the H200 a decoder with 1.07 GB of float16
-# weights converted in every step ran 2.86 ms per token, one with 1.13 GB of float32 weights 1.43 ms: about
-# 1.9 against 0.4 ms beyond the ~1 ms that every step cost apart from its weights (BENCHMARKS.md, "GPU").
+# MB) fold entirely.  (Converting in every run costs time on a CPU: see BENCHMARKS.md, issue 9.)  On a
+# GPU the weights stay as the file holds them, whatever their size (FOLD_GROWTH_DEVICE_SHARE of the device's
+# free memory is the budget there, 0 by default): a GPU converts a float16, int8 or int4 weight inside the
+# kernel that reads it (XLA fuses the conversion into the matrix product: ``bench/gpu_compile.py``), so a
+# wider copy would only cost memory and, for a memory-bound decode step, time.  (Folding float16 to float32
+# on the H200 was 1.77 against 2.27 ms per token while the conversion was not fused, BENCHMARKS.md "GPU".)
 FOLD_BUDGET_BYTES = 512 << 20
 FOLD_GROWTH_BUDGET_BYTES = 64 << 20
-FOLD_GROWTH_DEVICE_SHARE = 0.25
+FOLD_GROWTH_DEVICE_SHARE = 0.0
 # Options of every XLA CPU compile.  XLA's newer fusion emitters needed twice the compile memory of its
 # classic ones and kept executables 25 to 35 % bigger (decoder layers of width 4096: 85 against 175 MiB
 # to compile a 2-layer decode step, 42 against 56 MiB kept), and did not run faster here (see BENCHMARKS.md).
 CPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+# Options of every XLA GPU compile.  XLA GPU merges matrix products that share an operand (q, k and v of one
+# input) into one product over the concatenated weights, which copies the weights every call and, with
+# weights converted from int8 or float16, materializes them as float32 (a 2-layer int8 decoder's prefill:
+# 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu_compile.py); without it each product fuses the
+# conversion of its own weight.
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_dot_merger_threshold_mb": 0}
 # Runs of programs that allocate at least this much (XLA's temporaries and outputs) first give the C heap's
 # free pages back (``_release_freed_memory``): glibc keeps what earlier runs freed (a 3 GB float16 decoder's
 # heap grew by 0.24 GiB over 4 decode steps, its peak), and trimming costs far less than such a run.
@@ -79,8 +86,14 @@ TRIM_BEFORE_RUN_BYTES = 64 << 20
 # subgraphs without state (variables, calls to other subgraphs), are split.
 SPLIT_MODEL_BYTES = 1 << 30
 PART_OPS = 256
+# A subgraph whose ops hold this many alike blocks in a row (an LLM's layers: ``layer_scan``) is traced with one
+# block inside ``lax.scan`` over the blocks' weights, which the state holds stacked: XLA compiles one layer, so
+# the compile time and the program no longer grow with the depth.  0 turns it off.
+SCAN_MIN_BLOCKS = 3
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
-INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS)
+# (circle's block types, ggml's and MX, are quantized weights held as their file bytes)
+INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", *SUB_BYTE_BITS,
+                  *BLOCK_LAYOUTS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,14 +141,18 @@ def _has_data(t: Tensor) -> bool:
     return t.raw is not None and t.raw.size > 0
 
 
-def _is_param(t: Tensor, quantized_params: bool) -> bool:
+def _is_param(t: Tensor, quantized_params: bool, on_accelerator: bool = False) -> bool:
     if not _has_data(t) or t.sparsity is not None and t.dtype not in FLOAT_DTYPES:
         return False
     if t.dtype in FLOAT_DTYPES:
         return t.num_elements > PARAM_MIN_ELEMENTS
-    # Only quantized weights: other integer constants (shapes, axes, index tables) stay static.
-    return (quantized_params and t.dtype in INTEGER_DTYPES and _is_quantized(t)
-            and t.raw.nbytes >= INT_PARAM_MIN_BYTES)
+    # Only quantized weights: other integer constants (shapes, axes, index tables) stay static.  On an
+    # accelerator every quantized weight is a parameter, as small as a float one: there XLA would fold the
+    # conversion of an in-program constant into a float32 constant (4x an int8 weight, 8x an int4 one,
+    # compiled into the program), and the program converts parameters inside the kernels that read them.
+    if not (quantized_params and t.dtype in INTEGER_DTYPES and _is_quantized(t)):
+        return False
+    return t.num_elements > PARAM_MIN_ELEMENTS if on_accelerator else t.raw.nbytes >= INT_PARAM_MIN_BYTES
 
 
 def _quantized_weight_bytes(model: Model) -> int:
@@ -149,15 +166,42 @@ def _quantized_weight_bytes(model: Model) -> int:
 
 def _is_quantized(t: Tensor) -> bool:
     q = t.quantization
-    return t.dtype in SUB_BYTE_BITS or q is not None and (q.is_affine or q.details is not None)
+    packed = t.dtype in SUB_BYTE_BITS or t.dtype in BLOCK_LAYOUTS
+    return packed or q is not None and (q.is_affine or q.details is not None)
 
 
-def _param_array(t: Tensor) -> np.ndarray:
-    """What the device holds for a weight: its values, or for int4 / int2 the packed bytes
-    (unpacked in the program, see ``_unpack_sub_byte``), so the memory map is not copied."""
+# Sub-byte weights an accelerator holds in XLA's own 4-bit types (two to a byte on the device, converted inside
+# the kernels that read them): packed bytes unpacked by shifts in the program are fused into a matrix-vector
+# product but not into a matrix product's kernel, which then reads an int8 copy (``bench/gpu_compile.py``:
+# a decoder's prefill).
+NATIVE_SUB_BYTE = {"int4": "int4", "uint4": "uint4"}
+
+
+def _param_array(t: Tensor, native_sub_byte: bool = False) -> np.ndarray:
+    """What the device holds for a weight: its values, or for int4 / int2 the packed bytes (unpacked in the
+    program, see ``_unpack_sub_byte``), so the memory map is not copied; with ``native_sub_byte`` int4 / uint4 as
+    ``ml_dtypes`` values (one byte each on the host, transiently; packed by the device)."""
     if t.dtype in SUB_BYTE_BITS:
+        if native_sub_byte and t.dtype in NATIVE_SUB_BYTE:
+            import ml_dtypes
+
+            return t.data.astype(getattr(ml_dtypes, NATIVE_SUB_BYTE[t.dtype])).reshape(t.shape)
         return np.ascontiguousarray(t.raw.reshape(-1).view(np.uint8))
     return np.ascontiguousarray(t.data)
+
+
+def _param_shape_dtype(t: Tensor, storage: np.dtype, native_sub_byte: bool) -> tuple[tuple[int, ...], Any]:
+    """(shape, dtype) of what ``_param_array`` gives (after the storage conversion), without reading the data."""
+    if t.dtype in SUB_BYTE_BITS:
+        if native_sub_byte and t.dtype in NATIVE_SUB_BYTE:
+            import ml_dtypes
+
+            return tuple(t.shape), np.dtype(getattr(ml_dtypes, NATIVE_SUB_BYTE[t.dtype]))
+        return (t.raw.size,), np.dtype(np.uint8)
+    if t.dtype in BLOCK_LAYOUTS:  # the file's bytes (``Tensor.data`` of a block type)
+        return (t.raw.size,), np.dtype(np.uint8)
+    dtype = np.dtype(numpy_dtype(t.dtype))
+    return tuple(t.shape), storage if t.dtype == "float32" and storage != np.float32 else dtype
 
 
 def _placed_weight(jax: Any, source: np.ndarray, value: np.ndarray, device: Any) -> Any:
@@ -180,23 +224,6 @@ def _unpack_sub_byte(jnp: Any, packed: Any, t: Tensor) -> Any:
     """``ir.dtypes.unpack_sub_byte`` in the program: element i in the low bits first."""
     values = unpack_sub_byte(jnp, packed, SUB_BYTE_BITS[t.dtype], signed=not t.dtype.startswith("uint"))
     return values.reshape(-1)[:t.num_elements].reshape(t.shape)
-
-
-def _quantization_tensors(t: Tensor) -> list[int]:
-    """Tensors that ``t``'s quantization details name (blockwise scales and zero points): ops
-    read them without taking them as inputs."""
-    details = t.quantization.details if t.quantization is not None else None
-    if details is None:
-        return []
-    found = []
-    for name in ("scales", "zero_points"):
-        try:
-            index = int(details.get(name, -1))
-        except (TypeError, ValueError):
-            continue
-        if index >= 0:
-            found.append(index)
-    return found
 
 
 # (storage, compute) dtype of float32 tensors per precision name; ``litegpu.compile.precision``
@@ -281,10 +308,91 @@ class _XlaRunner(_PolicyRunner):
         self._zero: Any = None       # see _zero_after: from the run-time inputs of the op being traced
         self._tie_all = False        # while tracing a deferred op for its consumer
         self._memo: dict[int, Any] = {}
+        self._block_weights: dict[int, Any] = {}  # inside a scanned block: template tensor -> this block's slice
+        self.given_stacks: dict = {}   # template tensor -> per-block inputs already stacked (``trace_stacked``)
+        self.final_stacks: dict | None = None  # filled with the stacks as the blocks left them
 
     def _param(self, sg: Subgraph, index: int) -> Any:
+        if index in self._block_weights:
+            return self._block_weights[index]
         key = self.state.param_key.get((sg.index, index))
-        return None if key is None else self.params.get(key)
+        if key is None:
+            member = self.state.stack_slice.get((sg.index, index))
+            return None if member is None else self.params[member[0]][member[1]]
+        return self.params.get(key)
+
+    def run_subgraph(self, index: int, inputs: Sequence[Any]) -> list[Any]:
+        region = self.state.regions.get(index)
+        if region is None:
+            return super().run_subgraph(index, inputs)
+        sg = self.model.subgraphs[index]
+        if len(inputs) != len(sg.inputs):
+            raise ModelExecutionError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        values: dict[int, Any] = dict(zip(sg.inputs, inputs))
+        for op_index in region.before:
+            self._run_op(sg, op_index, values)
+        self._scan_blocks(sg, region, values)
+        for op_index in region.after:
+            self._run_op(sg, op_index, values)
+        return [self._value(sg, values, t) for t in sg.outputs]
+
+    def _scan_blocks(self, sg: Subgraph, region: Any, values: dict) -> None:
+        """The repeated blocks as one ``lax.scan``: the first block's ops traced once, each step reading one
+        block's weights (slices of the stacked parameters), carrying the hidden state; what later ops read comes
+        out as the last carry or stacked per block (``layer_scan``).
+
+        Per-block subgraph inputs (a KV cache per layer) are stacked once and carried whole: each step reads its
+        layer's slice, and where an op of the block makes that layer's new value from it (the cache updated by
+        DYNAMIC_UPDATE_SLICE) the value is written back into the carried stack, in place.  (Passed as scanned
+        inputs and outputs instead, every step would copy the whole stack: 2x the caches in temporaries.)"""
+        xp, lax = self._xp, self._lax
+        template = region.blocks[0]
+        made = lambda j, o: sg.operators[template[j]].outputs[o]  # noqa: E731
+        initial = [self._value(sg, values, init) for _, init, _ in region.carried]
+        # each slot's stack and the block of it where this run starts (a longer stack shared with another loop)
+        weights = {t0: (self.params[self.state.stacked_key[(sg.index, t0)]], self.state.stacked_offset[(sg.index, t0)])
+                   for t0, _ in region.stacked if (sg.index, t0) in self.state.stacked_key}
+        # per-block subgraph inputs (KV caches) and small float constants that are no parameters (a norm's scale)
+        stacks = {t0: self.given_stacks[t0] if t0 in self.given_stacks else
+                  xp.stack([xp.asarray(self._value(sg, values, t)) for t in per_block])
+                  for t0, per_block in region.stacked if t0 not in weights}
+        updated = {made_by: t0 for made_by, t0 in _in_place_updates(sg, region).items() if t0 in stacks}
+        scanned_out = [(made_by, per_block) for made_by, per_block in region.collected if made_by not in updated]
+
+        def body(carry: tuple, _: Any) -> tuple:
+            index, state, stacked = carry
+            block_weights = {t0: lax.dynamic_index_in_dim(stack, index + offset, keepdims=False)
+                             for t0, (stack, offset) in weights.items()}
+            local = dict(values)  # what the blocks share: made before the run, the subgraph's inputs
+            local.update((t0, c) for (t0, _, _), c in zip(region.carried, state))
+            local.update((t0, lax.dynamic_index_in_dim(stack, index, keepdims=False)) for t0, stack in stacked.items())
+            saved, self._block_weights = self._block_weights, dict(block_weights)
+            try:
+                for op_index in template:
+                    self._run_op(sg, op_index, local)
+            finally:
+                self._block_weights = saved
+            nxt = [self._value(sg, local, made(j, o)).astype(c.dtype)
+                   for (_, _, (j, o)), c in zip(region.carried, state)]
+            stacked = dict(stacked)
+            for made_by, t0 in updated.items():
+                new = self._value(sg, local, made(*made_by)).astype(stacked[t0].dtype)
+                stacked[t0] = lax.dynamic_update_index_in_dim(stacked[t0], new, index, 0)
+            return (index + 1, nxt, stacked), [self._value(sg, local, made(j, o)) for (j, o), _ in scanned_out]
+
+        (_, carry, stacks), collected = lax.scan(body, (xp.int32(0), initial, stacks), None, length=region.count)
+        for (_, per_block), stacked in zip(scanned_out, collected):
+            for k, t in enumerate(per_block):
+                values[t] = stacked[k]
+        for made_by, t0 in updated.items():
+            per_block = dict(region.collected)[made_by]
+            for k, t in enumerate(per_block):
+                values[t] = stacks[t0][k]
+        by_maker = {made_by: c for (_, _, made_by), c in zip(region.carried, carry)}
+        for made_by, t in region.last:
+            values[t] = by_maker[made_by]
+        if self.final_stacks is not None:
+            self.final_stacks.update((t0, stacks[t0]) for t0 in updated.values())
 
     def _is_weight(self, sg: Subgraph, values: dict, index: int) -> bool:
         value = values.get(index)
@@ -315,7 +423,10 @@ class _XlaRunner(_PolicyRunner):
         runtime = [values[i] for i in op.inputs if i >= 0 and i in values and not self._is_weight(sg, values, i)
                    and not isinstance(values[i], np.ndarray)]
         saved = self._zero, self._tie_all, self._memo
-        self._zero = _zero_after(runtime)
+        # XLA GPU fuses a weight's conversion into the kernel that reads it, where a tie (an add on the
+        # weight) would stop that fusion and copy the weight every call (``bench/gpu_compile.py``): the
+        # ties are for XLA CPU, which would convert every weight at the program's start.
+        self._zero = None if self.target is Target.XLA_GPU else _zero_after(runtime)
         self._tie_all, self._memo = False, {}
         try:
             super()._run_op(sg, op_index, values)
@@ -361,7 +472,8 @@ class _XlaRunner(_PolicyRunner):
         if self._tie_all or converts:
             param = tie_to(self._xp, self._lax, param, self._zero)
         if t.dtype in SUB_BYTE_BITS:
-            param = _unpack_sub_byte(self._xp, param, t)
+            param = _unpack_sub_byte(self._xp, param, t) if param.dtype == np.uint8 else \
+                param.astype(self._xp.int8 if t.dtype == "int4" else self._xp.uint8)
         if t.dtype == "float32" and self.compute != self.storage and param.dtype == self.storage:
             param = param.astype(self.compute)
         return param
@@ -393,7 +505,7 @@ class XlaState:
     """Device-resident weights and resource variables of one model on one device."""
 
     def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32),
-                 devices: Sequence[Any] | None = None):
+                 devices: Sequence[Any] | None = None, platform: str | None = None):
         # With several devices the big matrix weights are split over them (see backends.sharding).
         self.mesh = None
         self.placements: dict[str, Any] = {}  # params key -> sharding.Placement (several devices only)
@@ -405,11 +517,24 @@ class XlaState:
             self._axes = weight_axes(model, len(devices))
             device = devices[0]
         self.device = device
+        # The GPU's rules for weights (as the file holds them, converted where used) follow the platform asked
+        # for, also where the CPU stands in for a GPU (tests): ``platform`` names it, else the device's.
+        self.on_accelerator = (platform or getattr(device, "platform", "cpu")) != "cpu"
         self.storage = np.dtype(storage)
         self.param_key: dict[tuple[int, int], str] = {}  # (subgraph, tensor) -> params key
         self.folded: dict[tuple[int, int], str] = {}      # (subgraph, tensor) -> params key of a folded op output
+        self.stacked_key: dict[tuple[int, int], str] = {}  # (subgraph, template tensor) -> params key of a stack
+        self.regions = self._repeated_blocks(model)        # subgraph -> layer_scan.RepeatedBlocks
+        # weights held in a stack, read elsewhere on their own (a layer that one signature loops over and another
+        # traces by itself): (subgraph, tensor) -> (stack key, block), so that the device holds them once
+        self.stack_slice: dict[tuple[int, int], tuple[str, int]] = {}
+        self.stacked_offset: dict[tuple[int, int], int] = {}  # (subgraph, template tensor) -> its first block's
+        self._stacks = self._plan_stacks(model)             # key -> the tensors stacked, block by block
+        self._stack_members = {(t.buffer, t.dtype, tuple(t.shape)): (key, k) for key, tensors in self._stacks.items()
+                               for k, t in enumerate(tensors) if t.buffer > 0}
         try:  # weights that do not fit on the device (or in the host, where they are copied) fail here
             self.params = self._device_params(model)
+            self._stack_block_weights(model)
             self._fold_constant_ops(model)
             self._drop_unread_params(model)
         except Exception as e:
@@ -425,24 +550,128 @@ class XlaState:
         jax = jax_module()
         params: dict[str, Any] = {}
         # split over several devices, quantized weights must be parameters too: constants are in every copy
-        quantized_params = self.mesh is not None or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
+        on_accelerator = self.on_accelerator
+        # 4-bit types where the device packs them (a GPU; XLA CPU holds them a byte each, and the AOT-compiled
+        # program then asks for another layout than ``device_put`` gives: the CPU standing in keeps them packed)
+        native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
+        quantized_params = self._quantized_params(model)
         for sg in model.subgraphs:
             for t in sg.tensors:
-                if not _is_param(t, quantized_params):
+                if not _is_param(t, quantized_params, on_accelerator) or self._in_stack(sg, t):
+                    continue
+                member = self._stack_members.get((t.buffer, t.dtype, tuple(t.shape))) if t.buffer > 0 else None
+                if member is not None and t.sparsity is None:  # read from its stack: the device holds it once
+                    self.stack_slice[(sg.index, t.index)] = member
                     continue
                 shared = t.buffer > 0 and t.sparsity is None
                 key = f"buffer {t.buffer} {t.dtype}{list(t.shape)}" if shared else f"{sg.index}:{t.index}"
                 self.param_key[(sg.index, t.index)] = key
                 if key not in params:
-                    source = _param_array(t)
-                    value = source
-                    if t.dtype == "float32" and self.storage != np.float32:
-                        value = value.astype(self.storage)
+                    if self.deviceless:  # compiled for, never run: the weight's shape and stored dtype only
+                        params[key] = self._spec(*_param_shape_dtype(t, self.storage, native_sub_byte))
+                        continue
+                    source = _param_array(t, native_sub_byte=native_sub_byte)
+                    converts = t.dtype == "float32" and self.storage != np.float32
+                    value = source.astype(self.storage) if converts else source
                     if self.mesh is None:
                         params[key] = _placed_weight(jax, source, value, self.device)
                     else:
                         params[key] = self._sharded(key, sg, t, value)
         return params
+
+    def _quantized_params(self, model: Model) -> bool:
+        return self.mesh is not None or self.on_accelerator or _quantized_weight_bytes(model) >= INT_PARAMS_MODEL_BYTES
+
+    def _repeated_blocks(self, model: Model) -> dict[int, Any]:
+        """The subgraphs traced with one block in a loop (``SCAN_MIN_BLOCKS``); not with weights split over
+        devices (their placement is per weight)."""
+        if self.mesh is not None or SCAN_MIN_BLOCKS <= 0:
+            return {}
+        from .layer_scan import find_blocks
+
+        quantized = self._quantized_params(model)
+        found = {}
+        for sg in model.subgraphs:
+            blocks = find_blocks(sg, model.source, min_blocks=SCAN_MIN_BLOCKS, model=model,
+                                 is_weight=lambda t: _is_param(t, quantized, self.on_accelerator))
+            if blocks is not None:
+                found[sg.index] = blocks
+        return found
+
+    @staticmethod
+    def _stack_key(index: int, tensors: Sequence[Tensor]) -> str:
+        return f"stack {tensors[0].dtype}{list(tensors[0].shape)} buffers " + ",".join(
+            str(t.buffer) if t.buffer > 0 else f"{index}:{t.index}" for t in tensors)
+
+    def _plan_stacks(self, model: Model) -> dict[str, list[Tensor]]:
+        """The stacks to hold: one per stacked weight slot, except that a slot whose weights are consecutive blocks
+        of a longer stack reads that one at an offset (``prefill`` may loop over fewer layers than ``decode``, the
+        first layer making what the others share): each weight is held once.  Longest slots first."""
+        slots = []
+        for index, region in self.regions.items():
+            sg = model.subgraphs[index]
+            for t0, per_block in region.stacked:
+                tensors = [sg.tensors[t] for t in per_block]
+                if _has_data(tensors[0]):  # not a subgraph input per block (a KV cache): stacked in the program
+                    slots.append((index, t0, tensors))
+        stacks: dict[str, list[Tensor]] = {}
+        where: dict[tuple, tuple[str, int]] = {}  # (buffer, dtype, shape) -> (stack key, block)
+        for index, t0, tensors in sorted(slots, key=lambda slot: -len(slot[2])):
+            first = where.get((tensors[0].buffer, tensors[0].dtype, tuple(tensors[0].shape)))
+            if first is not None and all(t.buffer > 0 for t in tensors) and all(
+                    where.get((t.buffer, t.dtype, tuple(t.shape))) == (first[0], first[1] + k)
+                    for k, t in enumerate(tensors)):
+                self.stacked_key[(index, t0)], self.stacked_offset[(index, t0)] = first
+                continue
+            key = self._stack_key(index, tensors)
+            stacks.setdefault(key, tensors)
+            self.stacked_key[(index, t0)], self.stacked_offset[(index, t0)] = key, 0
+            for k, t in enumerate(tensors):
+                if t.buffer > 0:
+                    where.setdefault((t.buffer, t.dtype, tuple(t.shape)), (key, k))
+        return stacks
+
+    def _in_stack(self, sg: Subgraph, t: Tensor) -> bool:
+        """Whether ``t`` is a block's weight of this subgraph's loop (read as a slice of its stack there)."""
+        region = self.regions.get(sg.index)
+        return region is not None and t.index in region.stacked_tensors()
+
+    def _stack_block_weights(self, model: Model) -> None:
+        """The planned stacks (``_plan_stacks``) as parameters: the blocks' weights along a new first axis, which
+        the loop over the blocks indexes (the ``prefill`` and ``decode`` of one decoder share them)."""
+        jax = jax_module()
+        native_sub_byte = getattr(self.device, "platform", "cpu") != "cpu"
+        for key, tensors in self._stacks.items():
+            shape, dtype = _param_shape_dtype(tensors[0], self.storage, native_sub_byte)
+            if self.deviceless:
+                self.params[key] = self._spec((len(tensors), *shape), dtype)
+                continue
+            stack = np.empty((len(tensors), *shape), dtype)
+            for k, t in enumerate(tensors):  # one weight at a time: the host holds the stack once
+                stack[k] = _param_array(t, native_sub_byte=native_sub_byte).astype(dtype, copy=False)
+                release_file_pages(t.raw)
+            self.params[key] = jax.device_put(stack, self.device)
+            del stack
+
+    @property
+    def deviceless(self) -> bool:
+        """True for a GPU described to the compiler but absent (``backends.deviceless``): programs are compiled
+        for it and never run, so weights are shapes (``jax.ShapeDtypeStruct``), not device arrays."""
+        return bool(getattr(self.device, "deviceless", False))
+
+    @property
+    def sharding(self) -> Any:
+        """Where every argument and result of a one-device program lives."""
+        if self.deviceless:
+            return self.device.sharding
+        return jax_module().sharding.SingleDeviceSharding(self.device)
+
+    def _spec(self, shape: Sequence[int], dtype: Any) -> Any:
+        return jax_module().ShapeDtypeStruct(tuple(shape), np.dtype(dtype), sharding=self.device.sharding)
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights as this state holds them (on the device, or as shapes for a deviceless target)."""
+        return sum(array_bytes(v) for v in self.params.values())
 
     def _sharded(self, key: str, sg: Subgraph, t: Tensor, value: np.ndarray) -> Any:
         """``value`` over the mesh: split along its tensor's output axis, or a copy on each device."""
@@ -457,13 +686,13 @@ class XlaState:
         from .sharding import Placement, PlacementReport
 
         devices = 1 if self.mesh is None else len(self.mesh.devices.flat)
-        weights = [self.placements.get(key) or Placement(key, tuple(np.shape(v)), str(v.dtype), int(v.nbytes), None,
+        weights = [self.placements.get(key) or Placement(key, tuple(np.shape(v)), str(v.dtype), array_bytes(v), None,
                                                          "one device" if devices == 1 else "folded at load")
                    for key, v in self.params.items()]
         measured: dict[Any, int] = {}
         for v in self.params.values():
             for shard in getattr(v, "addressable_shards", ()):
-                measured[shard.device] = measured.get(shard.device, 0) + int(shard.data.nbytes)
+                measured[shard.device] = measured.get(shard.device, 0) + array_bytes(shard.data)
         order = list(self.mesh.devices.flat) if self.mesh is not None else [self.device]
         return PlacementReport(devices, weights, [measured.get(d, 0) for d in order])
 
@@ -478,14 +707,15 @@ class XlaState:
         spent = {False: 0, True: 0}  # output bytes folded, by "the op grows its inputs"
         # Growing folds are all or nothing: in a model past the budget they would buy a few percent
         # of speed for as many percent of memory.
-        growth = _growth_to_fold(model)
-        on_accelerator = self.mesh is None and _is_accelerator(self.device)
+        growth = _growth_to_fold(model, self._block_ops)
+        on_accelerator = self.mesh is None and self.on_accelerator
         budget = {False: FOLD_BUDGET_BYTES, True: self._growth_budget(growth, on_accelerator)}
         for sg in model.subgraphs:
             known: dict[int, Any] = {}
             fold_keys: dict[int, str] = {}  # tensor -> the key its folded value has in params
+            in_blocks = self._block_ops(sg.index)
             for op in sg.operators:
-                outs = _foldable_outputs(sg, op, known)
+                outs = _foldable_outputs(sg, op, known) if op.index not in in_blocks else []
                 if not outs:
                     continue
                 size = sum(_tensor_bytes(t) for t in outs)
@@ -496,6 +726,13 @@ class XlaState:
                         self._take_folded(sg, t, key, fold_keys, known)
                     continue
                 if spent[grows] + size > budget[grows]:
+                    continue
+                if self.deviceless:  # the same choice, without computing what would be folded
+                    spent[grows] += size
+                    for t, key in zip(outs, keys):
+                        converts = t.dtype == "float32" and self.storage != np.float32
+                        self.params[key] = self._spec(t.shape, self.storage if converts else numpy_dtype(t.dtype))
+                        self._take_folded(sg, t, key, fold_keys, known)
                     continue
                 try:
                     runner._run_op(sg, op.index, known)
@@ -512,20 +749,25 @@ class XlaState:
                         known[t.index] = self.params[key]
                     self._take_folded(sg, t, key, fold_keys, known)
 
+    def _block_ops(self, index: int) -> set[int]:
+        """Ops of subgraph ``index`` inside repeated blocks: traced in a loop, never folded at load (a folded
+        value is one block's, the loop body is every block's)."""
+        region = self.regions.get(index)
+        return set() if region is None else {op for ops in region.blocks for op in ops}
+
     def _growth_budget(self, growth: int, on_accelerator: bool) -> int:
         """Bytes that folds growing their inputs may add: all of ``growth`` or nothing (-1)."""
         limit = FOLD_GROWTH_BUDGET_BYTES
         if on_accelerator:
             free = device_available_bytes(self.device)
-            if free is not None:
-                limit = max(limit, int(free[0] * FOLD_GROWTH_DEVICE_SHARE))
+            limit = int(free[0] * FOLD_GROWTH_DEVICE_SHARE) if free is not None else 0
         return limit if growth <= limit else -1
 
     def _take_folded(self, sg: Subgraph, t: Tensor, key: str, fold_keys: dict[int, str], known: dict) -> None:
         self.folded[(sg.index, t.index)] = key
         fold_keys[t.index] = key
         if t.index not in known:  # later folds in this subgraph may read it
-            known[t.index] = np.asarray(self.params[key])
+            known[t.index] = self.params[key] if self.deviceless else np.asarray(self.params[key])
 
     def _fold_key(self, sg: Subgraph, op: Operator, out: Tensor, fold_keys: dict[int, str]) -> str:
         """Names an op's folded output by what it is computed from: the op, its options, its inputs'
@@ -544,14 +786,14 @@ class XlaState:
 
     def _drop_unread_params(self, model: Model) -> None:
         """Weights that only folded ops read (the float16 originals) need not stay on the device."""
-        still_read: set[str] = set(self.folded.values())
+        still_read: set[str] = set(self.folded.values()) | set(self.stacked_key.values())
         for sg in model.subgraphs:
             read = set(sg.outputs)
             for op in sg.operators:
                 if not op.outputs or not all(t < 0 or (sg.index, t) in self.folded for t in op.outputs):
                     read.update(op.inputs)
                     for i in op.inputs:  # blockwise scales: read by the op through its weights' quantization
-                        read.update(_quantization_tensors(sg.tensors[i]) if i >= 0 else ())
+                        read.update(sg.tensors[i].detail_tensors if i >= 0 else ())
             still_read.update(self.param_key[(sg.index, t)] for t in read if (sg.index, t) in self.param_key)
         for key in [k for k in self.params if k not in still_read]:
             del self.params[key]
@@ -559,15 +801,17 @@ class XlaState:
         self.param_key = {where: key for where, key in self.param_key.items() if key in self.params}
 
 
-def _is_accelerator(device: Any) -> bool:
-    return getattr(device, "platform", "cpu") != "cpu"
+# Ops that cost nothing in a program (a new shape for the same bytes) are not folded at load: the folded copy
+# would only change the parameter's shape, and XLA GPU fuses a weight's vector of scales broadcast in the program
+# into the product that reads the weight, not a [C, 1] parameter (``compile.float_view``).
+_FREE_IN_THE_PROGRAM = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
 
 
 def _foldable_outputs(sg: Subgraph, op: Operator, known: Any) -> list[Tensor]:
     """The outputs of ``op`` if it can be folded at load (inputs all constants or ``known``
     folded values, float outputs big enough to be parameters), else []."""
-    if op.opcode_name in STATEFUL_OPS or not op.outputs or called_subgraphs(op) or not all(
-            i < 0 or i in known or _has_data(sg.tensors[i]) for i in op.inputs):
+    if op.opcode_name in STATEFUL_OPS or op.opcode_name in _FREE_IN_THE_PROGRAM or not op.outputs \
+            or called_subgraphs(op) or not all(i < 0 or i in known or _has_data(sg.tensors[i]) for i in op.inputs):
         return []
     outs = [sg.tensors[t] for t in op.outputs if t >= 0]
     if any(t.dtype not in FLOAT_DTYPES or t.num_elements <= PARAM_MIN_ELEMENTS for t in outs):
@@ -579,13 +823,14 @@ def _grows(sg: Subgraph, op: Operator, size: int) -> bool:
     return size > sum(_tensor_bytes(sg.tensors[i]) for i in op.inputs if i >= 0)
 
 
-def _growth_to_fold(model: Model) -> int:
+def _growth_to_fold(model: Model, block_ops: Any = lambda index: ()) -> int:
     """Output bytes of the growing ops that folding everything would fold (shared buffers once)."""
     total: dict[tuple, int] = {}
     for sg in model.subgraphs:
         known: set[int] = set()
+        skipped = block_ops(sg.index)
         for op in sg.operators:
-            outs = _foldable_outputs(sg, op, known)
+            outs = _foldable_outputs(sg, op, known) if op.index not in skipped else []
             known.update(t.index for t in outs)
             size = sum(_tensor_bytes(t) for t in outs)
             if outs and _grows(sg, op, size):
@@ -601,6 +846,37 @@ def _tensor_bytes(t: Tensor) -> int:
     if t.dtype in SUB_BYTE_BITS:
         return (t.num_elements * SUB_BYTE_BITS[t.dtype] + 7) // 8
     return t.num_elements * np.dtype(numpy_dtype(t.dtype)).itemsize
+
+
+def _in_place_updates(sg: Subgraph, region: Any) -> dict:
+    """Collected slots of repeated blocks that are a new value of a per-block input: made by an op of the block
+    whose first input is that input, of the same shape and type (a layer's KV cache and its DYNAMIC_UPDATE_SLICE);
+    slot -> the template input."""
+    template = region.blocks[0]
+    per_block_inputs = {t0 for t0, per_block in region.stacked if not _has_data(sg.tensors[per_block[0]])}
+    found: dict = {}
+    for made_by, _ in region.collected:
+        op = sg.operators[template[made_by[0]]]
+        source = op.inputs[0] if op.inputs else -1
+        out = sg.tensors[op.outputs[made_by[1]]]
+        if source in per_block_inputs and source not in found.values():
+            t = sg.tensors[source]
+            if tuple(t.shape) == tuple(out.shape) and t.dtype == out.dtype:
+                found[made_by] = source
+    return found
+
+
+def _in_place_sources(sg: Subgraph, region: Any) -> list[int]:
+    return list(_in_place_updates(sg, region).values())
+
+
+def array_bytes(value: Any) -> int:
+    """Bytes of an array, a device array or a ``jax.ShapeDtypeStruct`` (4-bit types: two elements a byte, as
+    devices hold them)."""
+    count = int(np.prod(np.shape(value), dtype=np.int64))
+    if np.dtype(value.dtype).name in NATIVE_SUB_BYTE.values():
+        return (count + 1) // 2
+    return count * np.dtype(value.dtype).itemsize
 
 
 def _release_freed_memory() -> None:
@@ -652,7 +928,7 @@ class XlaBackend:
         # inputs are committed device arrays (the previous run's outputs: a KV cache) where the first
         # run's were host arrays (measured: a 3 GB decoder compiled its prefill twice, 13 s each).
         if self.state.mesh is None:
-            on_device = self.jax.sharding.SingleDeviceSharding(self.device)
+            on_device = self.state.sharding
             self._jit_options: dict[str, Any] = {"in_shardings": on_device, "out_shardings": on_device}
         else:  # weights split over several devices: XLA propagates their shardings through the program
             from .sharding import cache_axes
@@ -672,10 +948,12 @@ class XlaBackend:
     def _split_parts(self, cache: Any, cache_key: dict | None) -> list["XlaBackend"]:
         """Backends for the parts of a big subgraph (see PART_OPS), or [] to compile it whole."""
         sg = self.subgraph
+        if self.subgraph_index in self.state.regions:  # one block traced in a loop: a small program already
+            return []
         if len(sg.operators) <= 2 * PART_OPS or any(
                 op.opcode_name in STATEFUL_OPS or called_subgraphs(op) for op in sg.operators):
             return []
-        if sum(int(getattr(v, "nbytes", 0)) for v in self.state.params.values()) < SPLIT_MODEL_BYTES:
+        if self.state.weight_bytes() < SPLIT_MODEL_BYTES:
             return []
         from ..ir import execution_order
 
@@ -756,14 +1034,41 @@ class XlaBackend:
     def _consuming_program(self) -> Any:
         return self.jax.jit(self._trace_consuming, donate_argnums=(3,), **self._jit_options)
 
-    def _trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
+    def trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
+        """The subgraph (or partition) as a function of JAX values: (outputs, variables), for programs that
+        contain it (``xla_generate``'s decode loop).  The inputs are in the subgraph's order."""
+        return self._trace(params, variables, inputs)
+
+    def trace_stacked(self, params: dict, variables: dict, inputs: list, stacks: dict) -> tuple[list, dict, dict]:
+        """``trace`` where the per-block inputs of the subgraph's repeated blocks (``stacked_inputs``) come stacked,
+        as ``stacks`` (template tensor -> [blocks, ...]), their own places in ``inputs`` None; also returns the
+        stacks as the blocks left them (a KV cache updated in place).  The decode loop carries its caches so: one
+        stack for the whole generation, never copied per step."""
+        runner_stacks: dict = {}
+        outputs, variables = self._trace(params, variables, inputs, given_stacks=stacks, final_stacks=runner_stacks)
+        return outputs, variables, runner_stacks
+
+    def stacked_inputs(self) -> dict[int, tuple[int, ...]]:
+        """Template tensor -> the subgraph input positions, block by block, of the per-block subgraph inputs that its
+        repeated blocks update in place (the KV caches of a decoder's layers); {} without repeated blocks."""
+        region = self.state.regions.get(self.subgraph_index)
+        if region is None or self.op_range is not None:
+            return {}
+        sg = self.subgraph
+        updated = {source for source in _in_place_sources(sg, region)}
+        return {t0: tuple(list(sg.inputs).index(t) for t in per_block) for t0, per_block in region.stacked
+                if t0 in updated and all(t in sg.inputs for t in per_block)}
+
+    def _trace(self, params: dict, variables: dict, inputs: list, *, given_stacks: dict | None = None,
+               final_stacks: dict | None = None) -> tuple[list, dict]:
         sg = self.subgraph
         runner = _XlaRunner(self.model, self.target, params=params, state=self.state,
                             constant=lambda sg_index, t: self._to_storage(t.data, t), variables=dict(variables),
                             storage=self.policy.storage_dtype, compute=self.policy.compute_dtype)
+        runner.given_stacks, runner.final_stacks = given_stacks or {}, final_stacks
         edge_in, edge_out = (sg.inputs, sg.outputs) if self.op_range is None else (
             self.op_range.inputs, self.op_range.outputs)
-        inputs = [self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
+        inputs = [None if x is None else self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]
         if self.state.mesh is not None:
             inputs = [self._by_head(x, self._cache_in.get(t)) for x, t in zip(inputs, edge_in)]
         if self.op_range is None:
@@ -908,7 +1213,43 @@ class XlaBackend:
                 lowered = self._consuming_program.lower(self.params, self.variables, *_split_donated(args, consumed))
         else:
             lowered = self._program.lower(self.params, self.variables, args)
-        options = CPU_COMPILER_OPTIONS if self.platform == "cpu" and CPU_COMPILER_OPTIONS else None
+        return self._compile_lowered(lowered)
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """XLA options for the device this program is compiled for (a GPU's, the host's)."""
+        return dict(GPU_COMPILER_OPTIONS if getattr(self.device, "platform", "cpu") == "gpu" else
+                    CPU_COMPILER_OPTIONS if self.platform == "cpu" else {})
+
+    def compile_program(self, jitted: Any, args: Sequence[Any], what: dict) -> Any:
+        """``jitted`` (a ``jax.jit`` of a function of this backend's ``params`` and ``args``, placed with
+        ``state.sharding``) compiled with this backend's options: through the compile cache when there is one,
+        ``what`` telling it apart from the subgraph's own programs (``xla_generate``'s decode loop).  The result
+        is called as ``compiled(params, *args)``."""
+        from ..compile.cache import make_key
+
+        key = None
+        if self.cache is not None:
+            key = make_key({**self.cache_key, "program": what, "subgraph": self.subgraph_index,
+                            "platform": self.platform, "device_kind": getattr(self.device, "device_kind", self.platform),
+                            "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
+                            "inputs": [(tuple(np.shape(a)), str(a.dtype)) for a in self.jax.tree_util.tree_leaves(args)],
+                            "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
+                            "compiler_options": sorted(self.compiler_options.items())})
+            executable = self._executables.get(key) or self._load_executable(key)
+            if executable is not None:
+                self._executables[key] = executable
+                return executable
+        _release_freed_memory()
+        executable = self._compile_lowered(jitted.lower(self.params, *args))
+        _release_freed_memory()
+        if key is not None:
+            self._store_executable(key, executable, self.jax.tree_util.tree_leaves(args))
+            self._executables[key] = executable
+        return executable
+
+    def _compile_lowered(self, lowered: Any) -> Any:
+        options = self.compiler_options
         if options:
             try:
                 return lowered.compile(compiler_options=options)
@@ -930,7 +1271,7 @@ class XlaBackend:
                          "precision": repr(self.policy.storage_dtype) + repr(self.policy.compute_dtype),
                          "inputs": layout(args), "variables": variables,
                          "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
-                         "compiler_options": sorted(CPU_COMPILER_OPTIONS.items()) if self.platform == "cpu" else [],
+                         "compiler_options": sorted(self.compiler_options.items()),
                          **({"ops": list(self.op_range.op_indices)} if self.op_range is not None else {}),
                          **({"consumed": list(consumed)} if consumed else {})})
 
@@ -972,6 +1313,17 @@ class XlaBackend:
         self.cache.store(key, pickle.dumps((payload, in_tree, out_tree)),
                          {"model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
                           "platform": self.platform, "inputs": [tuple(a.shape) for a in args]})
+
+    def lower(self, args: Sequence[Any]) -> Any:
+        """The whole subgraph's (or partition's) program for these arguments (arrays, or ``jax.ShapeDtypeStruct``
+        placed with ``state.sharding``) lowered, not compiled: ``.compile()`` compiles it, for a deviceless target
+        (``backends.deviceless``) the only thing such a program can do.  ``parts`` are lowered separately."""
+        return self._program.lower(self.params, self.variables, list(args))
+
+    @property
+    def parts(self) -> list["XlaBackend"]:
+        """The backends of the parts a big subgraph is compiled in (``PART_OPS``), [] when it is compiled whole."""
+        return list(self._parts)
 
     def output_shapes(self, input_shapes: Sequence[tuple[tuple[int, ...], Any]]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """Output (shape, dtype) for inputs of these (shape, dtype), by tracing only (no compile, no run)."""

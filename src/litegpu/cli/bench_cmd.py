@@ -178,6 +178,22 @@ def per_device_memory(model: Any) -> list[dict[str, Any]] | None:
     return rows
 
 
+def weight_memory(model: Any) -> dict[str, Any] | None:
+    """The XLA engine's weights as held (on the device, or on the host for XLA CPU) against the file's weight
+    bytes; None where XLA holds no weights (other engines)."""
+    try:
+        report = model.weight_placement()
+    except Exception:  # noqa: BLE001  (no XLA state: OpenVINO, the official interpreter, numpy)
+        return None
+    held = sum(w.nbytes for w in report.weights)
+    stored: dict[int, int] = {}
+    for sg in model.model.subgraphs:
+        for t in sg.tensors:
+            if t.raw is not None and t.raw.size and t.buffer > 0:
+                stored[t.buffer] = int(t.raw.nbytes)
+    return {"held_bytes": held, "file_weight_bytes": sum(stored.values())}
+
+
 def _signature_key(model: Any, path: Path, signature: str | None) -> str:
     signatures = model.get_signature_list()
     key = signature if signature is not None else next(iter(signatures))
@@ -316,7 +332,8 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
             "first_run_ms": cold["first_run_ms"],
             "latency_ms": latency_stats(times), "warmup": warmup,
             "memory": {**host_memory(), "baseline_rss_bytes": baseline, "peak_reset": peak_reset,
-                       "device": device_memory(session.model), "per_device": per_device_memory(session.model)},
+                       "device": device_memory(session.model), "per_device": per_device_memory(session.model),
+                       "weights": weight_memory(session.model)},
             "delegation": delegation(session.model),
             "versions": _versions(), "host": _machine(),
         }
@@ -442,7 +459,7 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     precision = model.options.precision
     storage = XlaBackend.storage_dtype(precision)
     compute = {"fp32": np.float32, "fp16": np.float16, "fp16_fp32_accum": np.float32}[precision]
-    state = XlaState(ir, device, storage)
+    state = XlaState(ir, device, storage, platform=platform_name)
 
     def constant(sg_index: int, t: Any) -> Any:
         value = state.params.get(f"{sg_index}:{t.index}")
@@ -550,6 +567,12 @@ def render(result: dict[str, Any]) -> None:
     table.add_row("device memory", human_bytes(device["peak_bytes_in_use"]) if device and
                   "peak_bytes_in_use" in device else "-",
                   "peak in use (JAX allocator)" if device else "not reported by this device")
+    weights = mem.get("weights")
+    if weights and weights["held_bytes"]:
+        ratio = weights["held_bytes"] / weights["file_weight_bytes"] if weights["file_weight_bytes"] else float("nan")
+        table.add_row("weights held", human_bytes(weights["held_bytes"]),
+                      f"{ratio:.2f}x the file's {human_bytes(weights['file_weight_bytes'])} of constants (XLA's "
+                      "parameters; small constants are compiled into the program)")
     for row in mem.get("per_device") or []:
         in_use = f"; in use {human_bytes(row['bytes_in_use'])}, peak {human_bytes(row['peak_bytes_in_use'])}" if (
             "peak_bytes_in_use" in row) else ""
@@ -623,7 +646,7 @@ def add_parser(sub: Any) -> None:
                    help=f"untimed runs before them (default {DEFAULT_WARMUP})")
     p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="CpuOptions.num_threads: OpenVINO's and LiteRT's threads (XLA CPU sizes its own pool; "
-                        "default 0: all)")
+                        "default 0: the physical cores)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels: fast (the official interpreter or OpenVINO where faster, XLA for the rest), "
                         "builtin (exact TFLite kernels on XLA) or reference (numpy)")

@@ -81,7 +81,8 @@ class _Dumper:
 def dump_lines(path: str | Path) -> list[str]:
     raw = decode_model(path)
     dumper = _Dumper(raw)
-    dumper.emit(0, f"# {raw.where}: {raw.size} bytes, FlatBuffer part ends at byte {raw.flatbuffer_end}")
+    dumper.emit(0, f"# {raw.where}: {raw.file_format.name} ({raw.file_format.identifier.decode()}), {raw.size} bytes, "
+                   f"FlatBuffer part ends at byte {raw.flatbuffer_end}")
     dumper.emit(0, "Model:")
     dumper.table(1, raw.root)
     return dumper.lines
@@ -95,5 +96,5 @@ def run(args: Any) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("dump", help="print every table of the model's FlatBuffer")
-    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
+    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite or .circle model")
     p.set_defaults(handler=run)

@@ -112,6 +112,7 @@ def summarize(path: str) -> dict:
     extended = any(isinstance(b, dict) and int(b.get("offset") or 0) > 1 for b in raw.root.get("buffers") or [])
     return {
         "file": str(path),
+        "format": raw.file_format.name,
         "file_bytes": raw.size,
         "flatbuffer_bytes": raw.flatbuffer_end,
         "constant_bytes": constant_bytes,
@@ -156,7 +157,7 @@ def _tensor_table(title: str, tensors: list[dict]) -> Any:
 def render(info: dict) -> None:
 
     out = console()
-    out.print(f"[bold]{info['file']}[/bold]")
+    out.print(f"[bold]{info['file']}[/bold] ({info['format']})")
     out.print(f"  size {human_bytes(info['file_bytes'])} ({info['file_bytes']} bytes), FlatBuffer "
               f"{info['flatbuffer_bytes']} bytes, constants {human_bytes(info['constant_bytes'])}, "
               f"layout {info['layout']}, schema version {info['schema_version']}")
@@ -213,13 +214,12 @@ def accelerator_flags(spec: str) -> int:
 def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> dict:
     """The delegation plan; ``gpu_engine`` "iree" plans the GPU's partitions for IREE (Vulkan, Metal) on the
     model as it runs there (a quantized model's float view), as ``CompiledModel`` does: no device needed."""
-    import os
-
     from ..backends.engine import EngineSettings, fast_cpu_engines
-    from ..compile import plan
+    from ..compile import plan_model
+    from ..compile.circle_lowering import lowerable
 
     # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
-    engines = fast_cpu_engines(EngineSettings(), model.source if os.path.isfile(model.source) else None) \
+    engines = fast_cpu_engines(EngineSettings(), model.tflite_file) \
         if cpu_kernels == "fast" else None
     engine = None
     if gpu_engine == "iree" and flags & 2:
@@ -228,7 +228,10 @@ def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine
         from ..compile.rewrites import rewrite_for_xla
 
         engine, model = IreeEngine(), float_view(rewrite_for_xla(model))
-    p = plan(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines, gpu_engine=engine)
+    planned = plan_model(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines, gpu_engine=engine,
+                         lowered_engines=lambda: fast_cpu_engines(EngineSettings()))
+    lowered = lowerable(model) if planned.lowered else []
+    p, model = planned.plan, planned.model  # the partitions index the lowered model where circle ops were lowered
     partitions = [{
         "index": k, "accelerator": q.device, "engine": q.engine, "backend": q.target.value,
         "subgraph": q.subgraph_index,
@@ -245,7 +248,7 @@ def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine
         "boundaries": [{"tensor": b.name, "index": b.tensor, "subgraph": b.subgraph, "shape": list(b.shape),
                         "dtype": b.dtype, "bytes": b.nbytes, "dynamic": b.dynamic, "from": b.producer,
                         "to": list(b.consumers), "crosses_devices": b.crosses_devices(p)} for b in p.boundaries],
-        "transfer_bytes": p.transfer_bytes(), "notes": list(p.notes),
+        "transfer_bytes": p.transfer_bytes(), "notes": list(p.notes), "circle_ops_lowered": lowered,
     }
 
 
@@ -264,6 +267,9 @@ def render_plan(info: dict) -> None:
     out.print(f"[bold]Delegation plan for {plan_info['requested']}[/bold]: {plan_info['summary']} "
               f"(fully accelerated: {'yes' if plan_info['fully_accelerated'] else 'no'})")
     out.print(f"Engines ({plan_info['cpu_kernels']} CPU kernels): {plan_info['engines']}")
+    if plan_info.get("circle_ops_lowered"):
+        out.print("Circle-only ops lowered to TFLite builtin ops for the official interpreter / OpenVINO: "
+                  + ", ".join(plan_info["circle_ops_lowered"]))
     table = titled_table(f"Partitions ({len(plan_info['partitions'])})")
     for col in ("#", "accelerator", "engine", "backend", "subgraph", "ops", "op kinds"):
         table.add_column(col, overflow="fold")
@@ -354,8 +360,8 @@ def run(args: Any) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="summarize a .tflite model: tensors, signatures, ops, sizes")
-    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
+    p = sub.add_parser("inspect", help="summarize a .tflite or .circle model: tensors, signatures, ops, sizes")
+    p.add_argument("file", metavar="FILE", type=Path, help="the .tflite or .circle model")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--accelerator", metavar="cpu|gpu|gpu,cpu",
                    help="print the delegation plan instead: partitions, op counts, the ops that fall back to the "

@@ -2,7 +2,8 @@
 
 Every failure a user can cause (a missing or broken file, a bad argument)
 ends in one line on stderr naming the file and the problem, and exit code 2;
-never a traceback.  ``LITEGPU_DEBUG=1`` shows tracebacks of internal errors.
+never a traceback.  ``LITEGPU_DEBUG=1`` shows tracebacks of internal errors, and the official
+interpreter's INFO log lines that litegpu otherwise keeps off stderr (``backends.litert``).
 """
 
 from __future__ import annotations

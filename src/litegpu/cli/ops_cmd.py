@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..ir.opcodes import builtin_names
+from ..ir.opcodes import builtin_names, circle_only_ops
 from ..ops import Op, builtin_ops, custom_ops
+from ..ops.registry import refusal
 from .common import console, titled_table
 
 # Schema entries that are not ops one can implement.
@@ -27,10 +28,17 @@ def support(op: Op) -> dict:
 
 
 def support_table() -> dict:
+    """Every builtin op of either format (circle's own ops marked by their ``formats``) and every custom op."""
     builtin = {name: support(op) for name, op in builtin_ops().items()}
     for name in builtin_names().values():
         if name not in builtin and name not in _NOT_OPS:
             builtin[name] = {"cpu": False, "gpu": False, "dtypes": []}
+            why = refusal(name)
+            if why:
+                builtin[name]["refused"] = why
+    circle_only = circle_only_ops()
+    for name, entry in builtin.items():
+        entry["formats"] = ["circle"] if name in circle_only else ["tflite", "circle"]
     return {"builtin": dict(sorted(builtin.items())),
             "custom": {name: support(op) for name, op in sorted(custom_ops().items())}}
 
@@ -42,11 +50,13 @@ def render(table: dict) -> None:
         entries = table[kind]
         done = sum(1 for e in entries.values() if e["cpu"] or e["gpu"])
         t = titled_table(f"{kind} ops: {done} of {len(entries)} supported")
-        for col in ("op", "cpu", "gpu", "dtypes"):
+        for col in ("op", "cpu", "gpu", "dtypes", "files"):
             t.add_column(col)
         for name, e in entries.items():
             mark = {True: "yes", False: "-"}
-            t.add_row(name, mark[e["cpu"]], mark[e["gpu"]], ", ".join(e["dtypes"]) or "unsupported")
+            files = "circle only" if e.get("formats") == ["circle"] else ""
+            dtypes = ", ".join(e["dtypes"]) or ("refused (see --json)" if e.get("refused") else "unsupported")
+            t.add_row(name, mark[e["cpu"]], mark[e["gpu"]], dtypes, files)
         out.print(t)
 
 

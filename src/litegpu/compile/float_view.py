@@ -142,6 +142,17 @@ def _new_operator(name: str) -> Operator:
                     options_type=table, builtin_code=builtin_codes()[name])
 
 
+# Quantized weights of at least this many elements stay quantized in the float view: a DEQUANTIZE op reads
+# them, which the XLA backend traces into the op that consumes its result (``backends.xla``: converted where
+# used), so the device holds them as the file does (int8, int4) and converts them inside the kernels that read
+# them.  Smaller ones are dequantized once into float32 constants (the program folds them anyway).
+KEPT_QUANTIZED_MIN_ELEMENTS = 256
+
+
+def _kept_quantized(t: Tensor) -> bool:
+    return t.num_elements > KEPT_QUANTIZED_MIN_ELEMENTS and t.sparsity is None
+
+
 def _params(t: Tensor) -> tuple:
     q = t.quantization
     return t.dtype, tuple(q.scale), tuple(q.zero_point or (0,)), q.quantized_dimension
@@ -159,11 +170,11 @@ class _DequantizedBuffers:
         self.buffers = buffers
         self._made: dict[tuple, int] = {}  # what a float32 buffer was dequantized from -> its index
 
-    def add(self, values: Callable[[], np.ndarray], source: tuple | None) -> int:
-        """The index of a buffer holding ``values()`` (computed only when ``source`` is new)."""
+    def add(self, values: Callable[[], np.ndarray], source: tuple | None, dtype: Any = np.float32) -> int:
+        """The index of a buffer holding ``values()`` as ``dtype`` (computed only when ``source`` is new)."""
         if source is not None and source in self._made:
             return self._made[source]
-        raw = np.ascontiguousarray(values(), np.float32).reshape(-1).view(np.uint8)
+        raw = np.ascontiguousarray(values(), dtype).reshape(-1).view(np.uint8)
         self.buffers.append(Buffer(raw if raw.size else None))
         index = len(self.buffers) - 1
         if source is not None:
@@ -206,14 +217,14 @@ class _SubgraphRewrite:
 
     # ---- tensors and ops ------------------------------------------------------------------
     def _new_tensor(self, like: Tensor, suffix: str, data: Callable[[], np.ndarray] | None = None,
-                    source: tuple | None = None) -> int:
-        """A float32 tensor like ``like``; a constant one when ``data`` (its values, computed only
+                    source: tuple | None = None, dtype: str = "float32") -> int:
+        """A float32 (or ``dtype``) tensor like ``like``; a constant one when ``data`` (its values, computed only
         if no other tensor dequantized the same ``source`` before) is given."""
         buffer, raw = 0, None
         if data is not None:
-            buffer = self.buffers.add(data, source)
+            buffer = self.buffers.add(data, source, np.dtype(dtype))
             raw = self.buffers.buffers[buffer].data
-        self.tensors.append(replace(like, index=len(self.tensors), name=f"{like.name}/{suffix}", dtype="float32",
+        self.tensors.append(replace(like, index=len(self.tensors), name=f"{like.name}/{suffix}", dtype=dtype,
                                     buffer=buffer, raw=raw, quantization=None, is_variable=False, sparsity=None))
         return len(self.tensors) - 1
 
@@ -229,13 +240,48 @@ class _SubgraphRewrite:
         if index in self.floats:
             return self.floats[index]
         t = self.sg.tensors[index]
-        if t.is_constant:
+        if t.is_constant and not _kept_quantized(t):
             result = self._new_tensor(t, "dequantized", lambda: dequantize_constant(t), _dequantized_source(t))
+        elif t.is_constant:
+            result = self._scaled_in_the_program(t)
         else:
             result = self._new_tensor(t, "dequantized")
             self._emit_new("DEQUANTIZE", [self._integer(index)], [result])
         if not t.is_variable:  # ops may update a variable tensor in place: read it at each use
             self.floats[index] = result
+        return result
+
+    def _scaled_in_the_program(self, t: Tensor) -> int:
+        """A quantized weight kept as stored, made real in the program: DEQUANTIZE with unit scales (its integers
+        less the zero points, exactly), then MUL by its scales (a float32 constant shaped to broadcast along the
+        quantized dimension): the one float32 product DEQUANTIZE itself computes, so the values are the same bit
+        for bit.  Written this way the weight's tensor has the same quantization in every layer of an LLM, and its
+        scales are a constant like the layer's other weights, which lets the XLA backend loop over the layers
+        (``backends.layer_scan``: kernels read quantization parameters as constants, so layers whose differ
+        cannot share one traced body)."""
+        q = t.quantization
+        scales = np.asarray(q.scale, np.float32)
+        unit = replace(q, scale=(1.0,) * scales.size, min=(), max=())
+        self.tensors.append(replace(t, index=len(self.tensors), name=f"{t.name}/integers", quantization=unit))
+        integers = len(self.tensors) - 1
+        shape = [1] * len(t.shape)
+        if scales.size > 1:
+            shape[q.quantized_dimension] = scales.size
+        # the scales as a vector, reshaped in the program to broadcast: XLA GPU fuses a vector broadcast into the
+        # matrix product that reads the weight, and materializes the weight for a [C, 1] parameter (measured with
+        # bench/gpu_compile.py: a 16-row prefill of an int8 decoder)
+        scale = self._new_tensor(replace(t, shape=(scales.size,)), "scales", lambda: scales,
+                                 None if t.buffer <= 0 else ("scales", t.buffer, tuple(q.scale)))
+        if len(shape) != 1:
+            shaped = self._new_tensor(replace(t, shape=tuple(shape)), "scales_shaped")
+            dims = self._new_tensor(replace(t, shape=(len(shape),)), "scales_shape",
+                                    lambda: np.asarray(shape, np.int32), ("shape", tuple(shape)), dtype="int32")
+            self._emit_new("RESHAPE", [scale, dims], [shaped])
+            scale = shaped
+        values = self._new_tensor(t, "integer_values")
+        self._emit_new("DEQUANTIZE", [integers], [values])
+        result = self._new_tensor(t, "dequantized")
+        self._emit_new("MUL", [values, scale], [result])
         return result
 
     def _integer(self, index: int) -> int:

@@ -29,6 +29,7 @@ import math
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -486,7 +487,7 @@ def warn_fallbacks(plan: DelegationPlan, stacklevel: int = 2) -> None:
 # ---- the plan -------------------------------------------------------------------------------
 
 def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
-         engines: dict | None = None, gpu_engine: object | None = None) -> DelegationPlan:
+         engines: dict | None = None, gpu_engine: object | None = None, stacklevel: int = 2) -> DelegationPlan:
     """Decide where ``model`` runs for the requested accelerator flags, without touching a device.
 
     ``cpu_kernels`` picks the CPU engines (``CpuOptions.kernel_mode``): "fast" gives each op OpenVINO
@@ -523,7 +524,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
             split = _split(model, flags, gpu_engine)
             if split.unsupported:
                 if warn:
-                    warn_fallbacks(split, stacklevel=2)
+                    warn_fallbacks(split, stacklevel=stacklevel)
                 return split
             return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target),
                                   num_ops=split.num_ops)
@@ -535,8 +536,93 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
                             tuple(notes) + whole.notes)
     if warn:
         for note in result.notes:
-            _warn(note, stacklevel=2)
+            _warn(note, stacklevel=stacklevel)
     return result
+
+
+@dataclass(frozen=True)
+class PlannedModel:
+    """A plan with the model its partitions index: the model asked about, or that model with its circle-only
+    ops lowered to TFLite builtin ops (``lowered``) for the engines that read TFLite only."""
+
+    plan: DelegationPlan
+    model: Model
+    engines: dict | None     # the engines that planned it (they hold what they compiled for ``model``)
+    lowered: bool = False
+
+
+# What a compile cache keeps apart for a model whose circle-only ops were lowered: the rewrite keeps the model's
+# token but renumbers its ops, and partitions are cached by op indices.
+LOWERED_CACHE_KEY = {"circle_ops": "lowered to TFLite builtins (compile.circle_lowering)"}
+
+
+def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
+               engines: dict | None = None, lowered_engines: Any = None,
+               gpu_engine: object | None = None) -> PlannedModel:
+    """``plan``, and on the fast CPU path for a model with circle-only ops that have builtin lowerings
+    (``compile.circle_lowering``): the lowered model planned too, kept where the official interpreter or OpenVINO
+    then runs any of it (else XLA runs the original, exact ops whole, as before).  ``lowered_engines()`` makes the
+    engines for the lowered model, their cache entries kept apart (``LOWERED_CACHE_KEY``); None: ``engines``."""
+    from .circle_lowering import lower_circle_ops
+
+    flags = int(accelerators)
+    if cpu_kernels == "fast" and not flags & GPU and engines:  # a GPU plan runs circle-only ops on the GPU
+        lowered = lower_circle_ops(model)
+        if lowered is not model:
+            twin = lowered_engines() if lowered_engines is not None else engines
+            candidate = plan(lowered, flags, warn=False, cpu_kernels=cpu_kernels, engines=twin)
+            if {p.target for p in candidate.partitions} & {Target.OPENVINO, Target.LITERT} \
+                    and _lowered_is_faster(model, candidate, lowered, twin, engines):
+                logger.info("%s: circle-only ops lowered to TFLite builtin ops: %s", model.source,
+                            candidate.engine_summary())
+                if warn:
+                    for note in candidate.notes:
+                        _warn(note, stacklevel=2)  # plan_model's caller
+                return PlannedModel(candidate, lowered, twin, lowered=True)
+            for engine in twin.values():
+                engine.forget(lowered)
+    # warnings name plan_model's caller, as plan's name its own
+    return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines,
+                             gpu_engine=gpu_engine, stacklevel=3), model, engines)
+
+
+def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict,
+                       original_engines: dict) -> bool:
+    """Whether the lowered model on the fast engines (``candidate``) runs faster than XLA runs the original
+    whole, timed alternately on sample inputs where the fast engines take all of it and it is small enough to
+    time (``LITERT_MEASURE_MAX_MACS``).  A plan that keeps XLA partitions (ops without a lowering) is not timed:
+    its fast-engine runs already hold real work (``MIN_OPENVINO_RUN_MACS``), which XLA's kernels run slower
+    (BENCHMARKS.md); nor is a bigger model, for the same reason.  A tiny model is where the answer varies:
+    XNNPACK's call costs about 4 us where XLA's costs 40, but a small decoder of 124 builtin ops ran 0.087 ms
+    on XNNPACK (2 threads) against 0.068 on XLA (BENCHMARKS.md, circle models)."""
+    from ..backends.engine import XlaCpuEngine, fastest, sample_inputs
+    from ..errors import LiteGpuError
+
+    if any(p.target not in (Target.OPENVINO, Target.LITERT) for p in candidate.partitions) \
+            or model_macs(lowered) > LITERT_MEASURE_MAX_MACS:
+        return True
+    fast = []
+    for p in candidate.partitions:
+        engine = engines[p.engine]
+        try:
+            fast.append((engine.compile(lowered, p.op_range(), engine.settings, getattr(engine, "cache", None),
+                                        getattr(engine, "cache_key", None)), sample_inputs(lowered, p.op_range())))
+        except LiteGpuError as e:  # it would fail at run time too: XLA runs the original
+            logger.info("%s: %s", model.source, e)
+            return False
+    # XLA's program for the original, in the original's compile cache entries: a warm start does not compile it
+    reference = next(iter(original_engines.values()))
+    xla, settings = XlaCpuEngine(), reference.settings
+    exact = []
+    for p in _whole_model(model, CPU, Target.XLA_CPU):
+        exact.append((xla.compile(model, p.op_range(), settings, getattr(reference, "cache", None),
+                                  getattr(reference, "cache_key", None)), sample_inputs(model, p.op_range())))
+    # Blocks of calls: one call each in turn times a multi-threaded XNNPACK waking its idle threads after every XLA
+    # call (a 0.006 ms model timed at 0.033 ms), not the back-to-back calls a model serves.
+    winner, medians = fastest({"lowered": fast * TIMED_BLOCK_CALLS, "xla": exact * TIMED_BLOCK_CALLS})
+    logger.info("%s: circle-only ops lowered (%s) against XLA: %s", model.source, candidate.engine_summary(),
+                ", ".join(f"{n} {t / TIMED_BLOCK_CALLS * 1e3:.4f} ms" for n, t in medians.items()))
+    return winner == "lowered"
 
 
 def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: dict | None = None) -> DelegationPlan:
@@ -553,19 +639,20 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     litert = (engines or {}).get("litert")
     takes_whole = litert is not None and litert.model_refusal(model) is None
     if takes_whole and openvino is not None and litert.cached_choice(model, WHOLE, openvino) == "litert":
-        return _litert_plan(model, flags)  # a warm start: no OpenVINO conversion to decide what timing decided
+        return _litert_plan(model, flags)  # a warm start: no OpenVINO, no op support to ask
+    if openvino is not None and not openvino.available():  # installed (fast_cpu_engines), but cannot start here
+        logger.info("OpenVINO is installed but cannot run here: the fast CPU path goes without it")
+        openvino = None
     try:
         chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
     except UnsupportedOpError:
         if not takes_whole:
             raise
-        return _litert_plan(model, flags)  # ops litegpu lacks, which the official interpreter has
+        return _litert_whole(model, flags, litert, openvino)  # ops litegpu lacks, which the interpreter has
     if litert is None:
         return chosen
     if takes_whole and _litert_is_faster(model, chosen, litert, openvino):
-        if openvino is not None:
-            openvino.forget(model)  # the partitions compiled to plan and time it
-        return _litert_plan(model, flags)
+        return _litert_whole(model, flags, litert, openvino)
     litert.forget(model)  # the interpreter made to time it
     if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
         mixed = _litert_partitions(model, chosen, litert, openvino)
@@ -595,6 +682,16 @@ def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
                      + "\nthe model runs op by op on the numpy reference backend (slow)")
     return DelegationPlan(flags, "CPU", target, _whole_model(model, CPU, target), num_ops=_count(model),
                           notes=tuple(notes))
+
+
+def _litert_whole(model: Model, flags: int, litert: object, openvino: object | None) -> DelegationPlan:
+    """The whole model on the official interpreter, decided by timing or without it (XLA alone would run it
+    slower, or lacks an op): the verdict is kept in the compile cache either way, so that a warm start plans
+    the model without loading OpenVINO and without asking which ops XLA supports."""
+    if openvino is not None:
+        openvino.forget(model)  # the partitions compiled to plan and time it
+        litert.remember_choice(model, WHOLE, openvino, "litert")
+    return _litert_plan(model, flags)
 
 
 def _litert_plan(model: Model, flags: int) -> DelegationPlan:
@@ -657,6 +754,8 @@ CPU_KERNELS = ("fast", "builtin", "reference")
 # about 1.5 s; the verdict is kept in the compile cache).  Above it OpenVINO runs them: it was faster than
 # XNNPACK on every such model measured (batch 8 of ResNet50, Inception, ConvNeXt, VGG16, DenseNet).
 LITERT_MEASURE_MAX_MACS = 20_000_000_000
+# Calls per timed round when a lowered circle model is timed against XLA (``_lowered_is_faster``).
+TIMED_BLOCK_CALLS = 20
 # The scope of a timing verdict that covers the whole model (its entry subgraphs).
 WHOLE = "whole model"
 # An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of

@@ -77,8 +77,7 @@ class Decoder:
         if identifier is not None:
             found = bytes(self.buf[4:8])
             if found != identifier:
-                raise self.fail("header", f"file identifier is {found!r}, expected {identifier!r} "
-                                          "(is this a .tflite file?)")
+                raise self.fail("header", f"file identifier is {found!r}, expected {identifier!r}")
         return self.table(self.follow(0, "root"), root_type or self.schema.root_type,
                           root_type or self.schema.root_type)
 
@@ -128,7 +127,7 @@ class Decoder:
             elif kind == "scalar":
                 out[f.name] = self.scalar(f.type, fpos, fpath)
             else:
-                raise self.fail(fpath, f"struct fields ({f.type}) are not used by the TFLite schema")
+                raise self.fail(fpath, f"struct fields ({f.type}) are not used by the TFLite or circle schemas")
         return out
 
     def _field_pos(self, pos: int, vtable: int, vt_len: int, obj_len: int, slot: int,

@@ -1,4 +1,8 @@
-"""Getting model bytes in and out of files: memory maps, identifiers, atomic writes."""
+"""Getting model bytes in and out of files: memory maps, identifiers, atomic writes.
+
+Two file formats share this layer: TFLite (``TFL3``) and Samsung ONE's circle (``CIR0``).  A file's
+identifier says which schema decodes it; the rest (memory maps, the FlatBuffer walk, the data past
+it) is the same for both."""
 
 from __future__ import annotations
 
@@ -12,11 +16,57 @@ from typing import Any, BinaryIO, Callable, Union
 
 from ..errors import ModelFormatError, WriteError
 from .codec import Decoder, Encoder
-from .schema import load_schema
+from .schema import Schema, load_circle_schema, load_schema
 
 ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
 
 FILE_IDENTIFIER = b"TFL3"
+CIRCLE_FILE_IDENTIFIER = b"CIR0"
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """One FlatBuffers model format: its name, identifier, usual suffix and schema."""
+
+    name: str              # "tflite" or "circle": what ir.Model.file_format holds
+    identifier: bytes
+    suffix: str
+    load: Callable[[], Schema]
+    # Model.version in files of this format: the official interpreter refuses TFLite files without 3;
+    # circle files (tico's, ONE's tflite2circle's) hold 0.
+    schema_version: int
+
+    @property
+    def schema(self) -> Schema:
+        return self.load()
+
+
+TFLITE = FileFormat("tflite", FILE_IDENTIFIER, ".tflite", load_schema, 3)
+CIRCLE = FileFormat("circle", CIRCLE_FILE_IDENTIFIER, ".circle", load_circle_schema, 0)
+FORMATS = {f.name: f for f in (TFLITE, CIRCLE)}
+
+
+def file_format(name: str) -> FileFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ModelFormatError(f"unknown model format {name!r} (known: {', '.join(FORMATS)})") from None
+
+
+def format_for_path(path: str | os.PathLike, default: str = "tflite") -> FileFormat:
+    """The format a file name asks for: ``.circle`` is circle, anything else ``default``."""
+    return CIRCLE if str(path).lower().endswith(CIRCLE.suffix) else file_format(default)
+
+
+def _format_for_identifier(buffer: Any, where: str) -> FileFormat:
+    if len(buffer) < 8:
+        raise ModelFormatError(f"{where}: header: file is {len(buffer)} bytes, too short to hold a FlatBuffer")
+    found = bytes(buffer[4:8])
+    for fmt in FORMATS.values():
+        if found == fmt.identifier:
+            return fmt
+    raise ModelFormatError(f"{where}: header: file identifier is {found!r}, expected {FILE_IDENTIFIER!r} "
+                           f"(.tflite) or {CIRCLE_FILE_IDENTIFIER!r} (.circle)")
 
 
 @dataclass
@@ -27,10 +77,15 @@ class RawModel:
     buffer: Any          # bytes, bytearray, memoryview or mmap: constant data are views into it
     where: str           # path or "<bytes>", for error messages
     flatbuffer_end: int  # one past the last byte the FlatBuffer part uses
+    file_format: FileFormat = TFLITE
 
     @property
     def size(self) -> int:
         return len(self.buffer)
+
+    @property
+    def schema(self) -> Schema:
+        return self.file_format.schema
 
 
 def open_source(source: ModelSource) -> tuple[Any, str]:
@@ -73,20 +128,22 @@ class _TrackingDecoder(Decoder):
 
 
 def decode_model(source: ModelSource) -> RawModel:
+    """Decode and structurally verify a .tflite or .circle file (its identifier says which)."""
     buffer, where = open_source(source)
-    decoder = _TrackingDecoder(buffer, where, load_schema())
+    fmt = _format_for_identifier(buffer, where)
+    decoder = _TrackingDecoder(buffer, where, fmt.schema)
     try:
-        root = decoder.root("Model", FILE_IDENTIFIER)
+        root = decoder.root("Model", fmt.identifier)
     except RecursionError:
         raise ModelFormatError(f"{where}: tables nest too deeply") from None
-    return RawModel(root, buffer, where, decoder.end)
+    return RawModel(root, buffer, where, decoder.end, fmt)
 
 
-def encode_model(root: dict, size_hint: int = 0) -> bytearray:
+def encode_model(root: dict, size_hint: int = 0, fmt: FileFormat = TFLITE) -> bytearray:
     """``size_hint``: the bytes the buffers will take; the builder starts that big instead of doubling its
     way there (each doubling copies everything written so far: 0.26 s of a 100 MB model's 0.53 s)."""
-    return Encoder(load_schema(), initial_size=max(1 << 16, size_hint + (1 << 20))).finish(
-        "Model", root, FILE_IDENTIFIER)
+    return Encoder(fmt.schema, initial_size=max(1 << 16, size_hint + (1 << 20))).finish(
+        "Model", root, fmt.identifier)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:

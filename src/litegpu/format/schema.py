@@ -1,4 +1,4 @@
-"""The TFLite schema, read from ``schema.fbs`` into plain descriptors.
+"""The TFLite and circle schemas, read from ``schema.fbs`` / ``circle.fbs`` into plain descriptors.
 
 Our FlatBuffers bindings are schema-driven rather than generated: the codec in
 ``codec.py`` walks these descriptors, so every table, union and enum of the
@@ -6,9 +6,16 @@ current schema (all 210 builtin ops, both options unions, INT4/INT2/FLOAT8,
 blockwise quantization, ``Buffer.offset/size``) is covered by construction, and
 a schema update is a one-file change.
 
-Only the subset of the FlatBuffers IDL that ``schema.fbs`` uses is parsed:
-namespaces, file identifiers, enums, unions, tables, structs, attributes and
-default values.
+Samsung ONE's circle schema is the TFLite schema with its own identifier and
+extensions; ``circle.fbs`` holds only what circle changes (its own tensor types,
+quantization details, tensor and subgraph tables, negative op codes and their
+options), and :func:`load_circle_schema` lays it over the TFLite schema: a
+definition there replaces TFLite's, except an enum or union marked
+``(extends_tflite)``, whose members are added to TFLite's.
+
+Only the subset of the FlatBuffers IDL that the two files use is parsed:
+namespaces, file identifiers, enums, unions (with explicit type codes),
+tables, structs, attributes and default values.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_PATH = Path(__file__).with_name("schema.fbs")
+CIRCLE_SCHEMA_PATH = Path(__file__).with_name("circle.fbs")
 
 # Scalar type name -> (struct format, size in bytes, numpy dtype).
 SCALARS: dict[str, tuple[str, int, str]] = {
@@ -55,13 +63,28 @@ class Enum:
 @dataclass(frozen=True)
 class Union:
     name: str
-    members: tuple[str, ...]  # member i has type code i + 1; code 0 is NONE
+    members: tuple[str, ...]
+    # members[i]'s type code; code 0 is NONE.  Codes follow the members (1, 2, ...) unless the schema
+    # gives one: circle puts its own options at 247..254, far past TFLite's.
+    codes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.codes:
+            object.__setattr__(self, "codes", tuple(range(1, len(self.members) + 1)))
+
+    @functools.cached_property
+    def _by_code(self) -> dict[int, str]:
+        return dict(zip(self.codes, self.members))
+
+    @functools.cached_property
+    def _by_member(self) -> dict[str, int]:
+        return dict(zip(self.members, self.codes))
 
     def member(self, code: int) -> str | None:
-        return self.members[code - 1] if 0 < code <= len(self.members) else None
+        return self._by_code.get(code)
 
     def code(self, member: str) -> int:
-        return self.members.index(member) + 1
+        return self._by_member[member]
 
 
 @dataclass(frozen=True)
@@ -150,9 +173,12 @@ def _tokenize(text: str) -> list[str]:
 
 
 class _Parser:
-    def __init__(self, tokens: list[str]):
+    def __init__(self, tokens: list[str], base: Schema | None = None):
         self.tokens, self.i = tokens, 0
         self.schema = Schema()
+        if base is not None:  # an overlay: start from a copy of the base schema's definitions
+            self.schema = Schema(dict(base.enums), dict(base.unions), dict(base.tables),
+                                 base.file_identifier, base.root_type)
 
     def peek(self) -> str | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -208,9 +234,9 @@ class _Parser:
         self.take(":")
         underlying = _ALIASES.get(self.peek(), self.peek())
         self.take()
-        self._attributes()
+        extends = "extends_tflite" in self._attributes()
         self.take("{")
-        values: dict[str, int] = {}
+        values: dict[str, int] = dict(self.schema.enums[name].values) if extends else {}
         nxt = 0
         while self.peek() != "}":
             member = self.take()
@@ -227,16 +253,24 @@ class _Parser:
 
     def _union(self) -> None:
         name = self.take()
-        self._attributes()
+        extends = "extends_tflite" in self._attributes()
         self.take("{")
-        members = []
+        members, codes = [], []
+        if extends:
+            members, codes = list(self.schema.unions[name].members), list(self.schema.unions[name].codes)
+        nxt = codes[-1] + 1 if codes else 1
         while self.peek() != "}":
             members.append(self.take())
+            if self.peek() == "=":
+                self.take("=")
+                nxt = int(self.take(), 0)
+            codes.append(nxt)
+            nxt += 1
             self._attributes()  # e.g. `ReduceWindowOptions (deprecated)` keeps its type code
             if self.peek() == ",":
                 self.take(",")
         self.take("}")
-        self.schema.unions[name] = Union(name, tuple(members))
+        self.schema.unions[name] = Union(name, tuple(members), tuple(codes))
 
     def _table(self, is_struct: bool) -> None:
         name = self.take()
@@ -272,9 +306,12 @@ class _Parser:
         self.schema.tables[name] = Table(name, tuple(fields), is_struct)
 
 
-def _resolve_defaults(schema: Schema) -> None:
-    """Turn default tokens into python values now that every enum is known."""
+def _resolve_defaults(schema: Schema, base: Schema | None = None) -> None:
+    """Turn default tokens into python values now that every enum is known (in the tables this
+    file defined: a base schema's tables are resolved already)."""
     for tname, table in list(schema.tables.items()):
+        if base is not None and base.tables.get(tname) is table:
+            continue
         resolved = []
         for f in table.fields:
             value: object = None
@@ -303,8 +340,19 @@ def _scalar_default(type_name: str, token: str | None) -> object:
     return int(token, 0) if token is not None else 0
 
 
+def _parse(path: Path, base: Schema | None = None) -> Schema:
+    schema = _Parser(_tokenize(path.read_text(encoding="utf-8")), base).parse()
+    _resolve_defaults(schema, base)
+    return schema
+
+
 @functools.lru_cache(maxsize=1)
 def load_schema(path: Path = SCHEMA_PATH) -> Schema:
-    schema = _Parser(_tokenize(path.read_text(encoding="utf-8"))).parse()
-    _resolve_defaults(schema)
-    return schema
+    """The TFLite schema."""
+    return _parse(path)
+
+
+@functools.lru_cache(maxsize=1)
+def load_circle_schema(path: Path = CIRCLE_SCHEMA_PATH) -> Schema:
+    """The circle schema: ``circle.fbs`` laid over the TFLite schema."""
+    return _parse(path, base=load_schema())

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..format.schema import load_schema
 from .dtypes import SUB_BYTE_BITS, from_numpy, pack_sub_byte
 from .load import freeze
 from .model import Buffer, Metadata, Model, Operator, Options, Quantization, Signature, SignatureTensor, Subgraph, Tensor
-from .opcodes import builtin_codes, options_table_for
+from .opcodes import builtin_codes, option_defaults, options_table_for
 
 
 def quantization(scale: float | Sequence[float], zero_point: int | Sequence[int] = 0, axis: int = 0) -> Quantization:
@@ -78,7 +77,7 @@ class SubgraphBuilder:
         table = options_type or (options_table_for(name) if code is not None else None)
         values: dict[str, Any] = {}
         if table is not None:
-            values = dict(load_schema().defaults(table))
+            values = dict(option_defaults(table))
             unknown = set(options) - set(values)
             if unknown:
                 raise ValueError(f"{name}: {table} has no field(s) {sorted(unknown)}")

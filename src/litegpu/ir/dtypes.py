@@ -21,6 +21,9 @@ _FROM_TFLITE = {
     "UINT64": "uint64", "RESOURCE": "resource", "VARIANT": "variant", "UINT32": "uint32",
     "UINT16": "uint16", "INT4": "int4", "BFLOAT16": "bfloat16", "INT2": "int2", "UINT4": "uint4",
     "FLOAT8_E4M3FN": "float8_e4m3fn", "FLOAT8_E5M2": "float8_e5m2",
+    # circle's own weight types (negative codes in its schema)
+    "GGML_Q4_0": "ggml_q4_0", "GGML_Q4_1": "ggml_q4_1", "GGML_Q8_0": "ggml_q8_0", "GGML_Q8_1": "ggml_q8_1",
+    "MXFP4": "mxfp4", "MXINT8": "mxint8",
 }
 _TO_TFLITE = {v: k for k, v in _FROM_TFLITE.items()}
 
@@ -34,7 +37,17 @@ _NUMPY = {
     "int4": np.int8, "uint4": np.uint8, "int2": np.int8,
     # Opaque handles and strings are carried as raw bytes / object ids.
     "string": np.object_, "resource": np.int32, "variant": np.int32,
+    # Block-quantized weights are carried as their file bytes (see BLOCK_LAYOUTS).
+    "ggml_q4_0": np.uint8, "ggml_q4_1": np.uint8, "ggml_q8_0": np.uint8, "ggml_q8_1": np.uint8,
+    "mxfp4": np.uint8, "mxint8": np.uint8,
 }
+
+# Block-quantized weight types: (elements per block, bytes per block).  ggml's blocks of 32 run along
+# a weight's last axis with their float16 scales inside (q4_0: scale + 16 bytes of nibbles; q4_1: scale,
+# minimum + nibbles; q8_0: scale + 32 int8; q8_1: scale, sum + 32 int8); MX types store the elements
+# alone (fp4 two a byte, int8 one), their shared exponents described by MXQuantization.
+BLOCK_LAYOUTS = {"ggml_q4_0": (32, 18), "ggml_q4_1": (32, 20), "ggml_q8_0": (32, 34), "ggml_q8_1": (32, 36),
+                 "mxfp4": (2, 1), "mxint8": (1, 1)}
 
 SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2}
 FLOAT_DTYPES = frozenset({"float32", "float16", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2"})
@@ -59,13 +72,17 @@ def numpy_dtype(dtype: str) -> np.dtype:
 def from_numpy(dtype: np.dtype | type) -> str:
     dtype = np.dtype(dtype)
     for name, np_type in _NUMPY.items():
-        if name not in SUB_BYTE_BITS and np.dtype(np_type) == dtype and name not in ("resource", "variant"):
+        if name not in SUB_BYTE_BITS and name not in BLOCK_LAYOUTS and np.dtype(np_type) == dtype \
+                and name not in ("resource", "variant"):
             return name
     raise ValueError(f"no TFLite type for numpy dtype {dtype}")
 
 
 def storage_bytes(dtype: str, num_elements: int) -> int:
     """Bytes a tensor of ``num_elements`` takes in a file."""
+    if dtype in BLOCK_LAYOUTS:
+        per_block, block_bytes = BLOCK_LAYOUTS[dtype]
+        return -(-num_elements // per_block) * block_bytes
     bits = SUB_BYTE_BITS.get(dtype)
     if bits is not None:
         return (num_elements * bits + 7) // 8

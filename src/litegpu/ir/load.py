@@ -15,20 +15,30 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..format import RawModel, decode_model, load_schema
+from ..format import CIRCLE, RawModel, decode_model
 from ..format.file import ModelSource
 from .dtypes import SUB_BYTE_BITS, from_tflite, storage_bytes
 from .model import Buffer, Metadata, Model, Operator, Options, Quantization, Signature, SignatureTensor, Subgraph, Tensor
-from .opcodes import builtin_codes, builtin_names, options_table_for
+from .opcodes import absent_options, builtin_codes, options_table_for
 
 MAX_RANK = 64
 MAX_TENSOR_BYTES = 1 << 48  # far past any real model; keeps arithmetic from overflowing downstream
 CUSTOM_CODE = 32
+# OperatorCode.deprecated_builtin_code holds this where the op's code does not fit a byte.
+PLACEHOLDER_FOR_GREATER_OP_CODES = 127
 
 
 def read_model(source: ModelSource) -> Model:
-    """Read and verify a .tflite model from a path (memory-mapped), bytes or a binary file."""
+    """Read and verify a .tflite or .circle model from a path (memory-mapped), bytes or a binary file."""
     return model_from_raw(decode_model(source))
+
+
+def with_ir_defaults(table_name: str | None, decoded: Mapping | None) -> dict[str, Any]:
+    """A decoded options / quantization-details table as the IR holds it: every field of the IR's
+    definition of the table (TFLite's where both formats have it), decoded values over defaults."""
+    values: dict[str, Any] = dict(absent_options(table_name)) if table_name else {}
+    values.update(decoded or {})
+    return values
 
 
 def freeze(value: Any) -> Any:
@@ -49,6 +59,7 @@ class _Loader:
         self.raw = raw
         self.where = raw.where
         self.root = raw.root
+        self.op_names = raw.schema.enums["BuiltinOperator"].names  # the codes this file's format defines
 
     def fail(self, message: str) -> ModelFormatError:
         return ModelFormatError(f"{self.where}: {message}")
@@ -78,7 +89,7 @@ class _Loader:
             for i, m in enumerate(self.root.get("metadata") or []))
         model = Model(subgraphs=subgraphs, buffers=buffers, signatures=signatures, metadata=metadata,
                       description=self.root.get("description") or "", version=int(self.root.get("version") or 0),
-                      source=self.where)
+                      source=self.where, file_format=self.raw.file_format.name)
         check_subgraph_calls(model)
         for sg in subgraphs:
             execution_order(sg, self.where)
@@ -101,14 +112,21 @@ class _Loader:
         codes = builtin_codes()
         new = raw.get("builtin_code")
         new = codes.get(new, new) if isinstance(new, str) else int(new or 0)
-        code = max(int(new), int(raw.get("deprecated_builtin_code") or 0))
+        deprecated = int(raw.get("deprecated_builtin_code") or 0)
+        if self.raw.file_format is CIRCLE:
+            # As ONE's loaders read it: the wide field where it holds a code past the byte's range, the
+            # byte field otherwise, which is where circle's negative codes live (tico writes them in
+            # both fields, older tools in the byte only, leaving the wide one 0).
+            code = int(new) if int(new) >= PLACEHOLDER_FOR_GREATER_OP_CODES else deprecated
+        else:
+            code = max(int(new), deprecated)
         version = int(raw.get("version") or 1)
         if code == CUSTOM_CODE:
             custom = raw.get("custom_code")
             if not custom:
                 raise self.fail(f"operator_codes[{i}] is CUSTOM but has no custom_code")
             return custom, None, version
-        name = builtin_names().get(code)
+        name = self.op_names.get(code)
         if name is None:
             # A newer schema's op: readable and inspectable, rejected when run.
             name = f"UNKNOWN_BUILTIN_{code}"
@@ -120,6 +138,10 @@ class _Loader:
         if name:
             where += f" ({name!r})"
         dtype = from_tflite(raw.get("type"), f"{self.where}: {where}")
+        compression = raw.get("compression_type", "NONE")  # circle only
+        if compression != "NONE":
+            raise self.fail(f"{where} holds {compression}-compressed data, which litegpu cannot read "
+                            "(only uncompressed weights)")
         shape = tuple(int(d) for d in (raw.get("shape") if raw.get("shape") is not None else ()))
         if len(shape) > MAX_RANK:
             raise self.fail(f"{where} has rank {len(shape)}, more than {MAX_RANK}")
@@ -154,7 +176,8 @@ class _Loader:
         zero_point = tuple(int(z) for z in raw["zero_point"]) if raw.get("zero_point") is not None else ()
         details = None
         if raw.get("details") is not None:
-            details = Options({"type": raw.get("details_type"), **freeze(raw["details"])})
+            kind = raw.get("details_type")
+            details = Options({"type": kind, **freeze(with_ir_defaults(kind, raw["details"]))})
         if not scale and not zero_point and details is None and raw.get("min") is None:
             return None
         axis = int(raw.get("quantized_dimension") or 0)
@@ -187,8 +210,7 @@ class _Loader:
         decoded = raw.get("builtin_options") if raw.get("builtin_options_type") else raw.get("builtin_options_2")
         if options_type is None and code is not None:
             options_type = options_table_for(name)
-        values: dict[str, Any] = dict(load_schema().defaults(options_type)) if options_type else {}
-        values.update(decoded or {})
+        values = with_ir_defaults(options_type, decoded)
         custom = raw.get("custom_options")
         large_offset, large_size = int(raw.get("large_custom_options_offset") or 0), int(raw.get("large_custom_options_size") or 0)
         if large_offset > 1:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import SUB_BYTE_BITS, numpy_dtype, unpack_sub_byte
+from .dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS, numpy_dtype, unpack_sub_byte
 
 
 class Options(Mapping):
@@ -45,13 +45,19 @@ class Options(Mapping):
         raise AttributeError("Options are read-only")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Mapping) and dict(self) == dict(other)
+        return isinstance(other, Mapping) and _comparable(self) == _comparable(other)
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted((k, repr(v)) for k, v in self._values.items())))
+        return hash(tuple(sorted((k, repr(v)) for k, v in _comparable(self).items())))
 
     def __repr__(self) -> str:
         return f"Options({self._values!r})"
+
+
+def _comparable(values: Mapping) -> dict:
+    """Options as they compare: an absent vector field (None) equals an empty one, as a format that lacks
+    the field reads it (circle has no FullyConnectedOptions.quant_spec) and a writer may store it."""
+    return {k: None if isinstance(v, (tuple, bytes)) and len(v) == 0 else v for k, v in values.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +126,23 @@ class Tensor:
         return math.prod(self.shape)
 
     @property
+    def detail_tensors(self) -> tuple[int, ...]:
+        """Tensors that this tensor's quantization details name (blockwise scales and zero points): ops read them
+        through this tensor, without taking them as inputs."""
+        details = self.quantization.details if self.quantization is not None else None
+        if details is None:
+            return ()
+        found = []
+        for name in ("scales", "zero_points"):
+            try:
+                index = int(details.get(name, -1))
+            except (TypeError, ValueError):
+                continue
+            if index >= 0:
+                found.append(index)
+        return tuple(found)
+
+    @property
     def is_dynamic(self) -> bool:
         return self.shape_signature is not None and any(d < 0 for d in self.shape_signature)
 
@@ -130,8 +153,8 @@ class Tensor:
             return None
         if self.dtype in SUB_BYTE_BITS:
             return unpack_sub_byte(self.raw, self.dtype, self.num_elements).reshape(self.shape)
-        if self.dtype in ("string", "resource", "variant"):
-            return self.raw
+        if self.dtype in ("string", "resource", "variant") or self.dtype in BLOCK_LAYOUTS:
+            return self.raw  # block-quantized weights: the file's bytes, decoded by the op that reads them
         values = self.raw.view(numpy_dtype(self.dtype))
         # A sparse constant stores only its non-zero values; DENSIFY rebuilds the dense shape.
         return values if self.sparsity is not None else values.reshape(self.shape)
@@ -201,13 +224,25 @@ class Model:
     signatures: tuple[Signature, ...] = ()
     metadata: tuple[Metadata, ...] = ()
     description: str = ""
-    version: int = 3
+    # The schema version the file holds (TFLite 3, circle 0): the format's business, not part of equality.
+    version: int = field(default=3, compare=False)
     # Where the model came from, for messages; not part of equality.
     source: str = field(default="<memory>", compare=False)
+    # The format it was read from ("tflite" or "circle"), which a writer keeps unless told otherwise;
+    # not part of equality: a model means the same in either.
+    file_format: str = field(default="tflite", compare=False)
 
     @property
     def main(self) -> Subgraph:
         return self.subgraphs[0]
+
+    @property
+    def tflite_file(self) -> str | None:
+        """The .tflite file the model was read from, for engines that read the file itself (the official
+        interpreter, OpenVINO); None for models in memory and for circle files, which they cannot read."""
+        import os
+
+        return self.source if self.file_format == "tflite" and os.path.isfile(self.source) else None
 
     def metadata_bytes(self, name: str) -> bytes | None:
         for m in self.metadata:

@@ -19,6 +19,7 @@ miss:
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -104,8 +105,15 @@ class _Binary(Op):
             result = self.apply(ctx.xp, x, y)
             if self.clamps_result:
                 activation = ctx.options.get("fused_activation_function", "NONE")
+                if activation in (None, "NONE") and is_traced(result) and self.stays_finite(ctx):
+                    return result
                 result = clamp_to_activation_range(ctx.xp, result, activation)
         return result
+
+    def stays_finite(self, ctx: OpContext) -> bool:
+        """Whether the result is finite whatever the run, so that the clamp to the finite range changes nothing
+        and can be left out of the program (MUL only, see there)."""
+        return False
 
 
 @register("ADD")
@@ -147,6 +155,57 @@ class Mul(_Binary):
 
     def apply(self, xp, x, y):
         return x * y
+
+    def stays_finite(self, ctx: OpContext) -> bool:
+        """Both factors are bounded by what the model holds (a constant, or the DEQUANTIZE of a constant: the
+        GPU's float view scales its int8 weights so, ``compile.float_view``) and their product cannot overflow.
+        Left out, the clamp lets XLA GPU fuse the scaling into the matrix product that reads the weight."""
+        bounds = [_static_bound(ctx, i) for i in range(2)]
+        return all(b is not None for b in bounds) and bounds[0] * bounds[1] < float(np.finfo(np.float32).max)
+
+
+def _static_bound(ctx: OpContext, i: int) -> float | None:
+    """A bound on |input i| known before running: a finite constant's largest magnitude, or for the output of a
+    DEQUANTIZE of a constant, the widest integer of its type less its zero point times its largest scale."""
+    t = ctx.input(i)
+    made_by = _producer(ctx, t.index)
+    while made_by is not None and made_by.opcode_name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):  # same values
+        t = ctx.subgraph.tensors[made_by.inputs[0]]
+        made_by = _producer(ctx, t.index)
+    if t.raw is not None and t.raw.size and t.dtype in ("float32", "float16"):
+        data = np.asarray(t.data, np.float64)
+        bound = float(np.max(np.abs(data))) if data.size else 0.0
+        return bound if np.isfinite(bound) else None
+    if made_by is None or made_by.opcode_name != "DEQUANTIZE":
+        return None
+    source = ctx.subgraph.tensors[made_by.inputs[0]]
+    q = source.quantization
+    if source.raw is None or not source.raw.size or q is None or not q.scale or source.dtype not in _INTEGER_RANGE:
+        return None
+    low, high = _INTEGER_RANGE[source.dtype]
+    zero = max(abs(int(z)) for z in (q.zero_point or (0,)))
+    return float(max(abs(low), high) + zero) * float(np.max(np.abs(np.asarray(q.scale, np.float64))))
+
+
+# id(subgraph) -> (a weak reference to it, {tensor: the op that makes it}): built once per subgraph traced
+_PRODUCERS: dict[int, tuple[Any, dict]] = {}
+
+
+def _producer(ctx: OpContext, index: int) -> Any:
+    sg = ctx.subgraph
+    entry = _PRODUCERS.get(id(sg))
+    if entry is None or entry[0]() is not sg:
+        made = {t: op for op in sg.operators for t in op.outputs if t >= 0}
+        try:
+            entry = (weakref.ref(sg), made)
+        except TypeError:  # not weakly referable: not cached
+            return made.get(index)
+        _PRODUCERS[id(sg)] = entry
+    return entry[1].get(index)
+
+
+_INTEGER_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int4": (-8, 7),
+                  "uint4": (0, 15)}
 
 
 # --- quantized ADD, SUB, MUL, SQUARED_DIFFERENCE: the official integer kernels ----------

@@ -81,7 +81,7 @@ class Conv2D(Op):
         out_hw = _output_sizes(ctx, x.shape[1:3], (kh, kw), strides, dilations, pads)
         lowering = conv_lowering(x.shape, w.shape, strides, dilations, out_hw, ctx.target)
         if lowering == "matmul":
-            y = jnp.einsum("nhwc,oc->nhwo", x, w[:, 0, 0, :], precision=lax.Precision.HIGHEST)
+            y = jnp.einsum("nhwc,oc->nhwo", x, w.reshape(cout, cin_g), precision=lax.Precision.HIGHEST)
         elif lowering == "depthwise":  # groups == channels: DEPTHWISE_CONV_2D's taps ([1, KH, KW, Cout] weights)
             y = _depthwise_by_taps(jnp, ctx, x, jnp.transpose(w, (3, 1, 2, 0)))
         elif lowering == "im2col":

@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from . import _block_weights as bw
 from . import _quantized as q
 from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero,
                      stored_weight, tie_to, unpack_sub_byte)
-from .registry import Op, OpContext, register
+from .registry import Op, OpContext, Target, register
 
 
 # what the official kernel's Prepare accepts (the hybrid kernel takes any activation)
@@ -55,6 +56,8 @@ def _fc_reason(op: Any, subgraph: Any) -> str | None:
     x, w, out = _tensor(op, subgraph, 0), _tensor(op, subgraph, 1), subgraph.tensors[op.outputs[0]]
     if op.options.get("weights_format", "DEFAULT") != "DEFAULT":
         return f"weights_format {op.options.weights_format} (shuffled uint8 weights) is not supported"
+    if w is not None and _circle_weights(w):
+        return _circle_weight_reason(x, w)
     if w is not None and w.quantization is not None and w.quantization.details is not None:
         return _blockwise_reason(op, subgraph, x, w)
     if x.dtype == "float32":
@@ -89,6 +92,27 @@ def _fc_output_shape(ctx: OpContext, x_shape: tuple, w_shape: tuple) -> tuple[in
     return rows, (rows, units)
 
 
+# Up to this many rows, XLA CPU multiplies ggml weights that are program parameters by a fused elementwise
+# product and reduction per block (``_block_weights.ggml_fc_block_sums``: reads the bytes once; its work grows
+# with the rows), above it (and weights folded into the program) by a matmul of the scaled quants.
+GGML_CPU_REDUCE_ROWS = 4
+
+
+def _circle_weights(w: Any) -> bool:
+    """Weights of circle's own types (``_block_weights``): ggml blocks, MX, UINT4."""
+    return bw.is_block_weight(w.dtype) or w.dtype in bw.MX_TYPES or w.dtype == "uint4"
+
+
+def _circle_weight_reason(x: Any, w: Any) -> str | None:
+    if w.dtype in bw.MX_TYPES:
+        return f"{w.dtype} weights: {bw.MX_REFUSAL}"
+    if x.dtype != "float32":
+        return f"{w.dtype} weights with {x.dtype} input are not supported (float32 input only)"
+    if len(w.shape) != 2:
+        return f"{w.dtype} weights must be [units, depth], got {list(w.shape)}"
+    return bw.block_reason(w, "weights") if bw.is_block_weight(w.dtype) else bw.uint4_reason(w, "weights")
+
+
 @register("FULLY_CONNECTED")
 class FullyConnected(Op):
     dtypes = ("float32", "int8", "uint8", "int16")
@@ -96,13 +120,15 @@ class FullyConnected(Op):
     def unsupported_reason(self, op, subgraph, target):
         reason = super().unsupported_reason(op, subgraph, target) or _fc_reason(op, subgraph)
         activation = op.options.get("fused_activation_function", "NONE")
-        hybrid = subgraph.tensors[op.inputs[0]].dtype == "float32" and \
-            subgraph.tensors[op.inputs[1]].dtype != "float32"
+        w = subgraph.tensors[op.inputs[1]]
+        hybrid = subgraph.tensors[op.inputs[0]].dtype == "float32" and w.dtype != "float32" and not _circle_weights(w)
         if reason is None and not hybrid and activation not in FC_ACTIVATIONS:
             reason = f"fused activation {activation} (the official kernel takes only {', '.join(FC_ACTIVATIONS)})"
         return reason
 
     def reference(self, ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        if _circle_weights(ctx.input(1)):
+            return self._circle_weights(np, ctx, x, w, bias)
         rows, out_shape = _fc_output_shape(ctx, x.shape, w.shape)
         if ctx.input(0).dtype != "float32":
             return _integer_fc(np, ctx, x.reshape(rows, w.shape[1]), w, bias).reshape(out_shape)
@@ -113,17 +139,58 @@ class FullyConnected(Op):
 
     def lower(self, ctx: OpContext, x: Any, w: Any, bias: Any = None) -> Any:
         jnp, lax = ctx.xp, ctx.lax
+        if _circle_weights(ctx.input(1)):
+            return self._circle_weights(jnp, ctx, x, w, bias)
         rows, out_shape = _fc_output_shape(ctx, x.shape, w.shape)
         if ctx.input(0).dtype != "float32":
             return _integer_fc(jnp, ctx, x.reshape(rows, w.shape[1]), w, bias).reshape(out_shape)
         if ctx.input(1).dtype != "float32":
             return _hybrid_fc_dispatch(jnp, ctx, x.reshape(rows, w.shape[1]), w, bias, out_shape)
         x = x.reshape(rows, w.shape[1])
-        # Weights computed in the program (DEQUANTIZE of float16 ones) are converted slice by slice.
-        spans = [(0, w.shape[0])] if ctx.constant(1) is not None else _unit_spans(w, 4)
+        # Weights computed in the program (DEQUANTIZE of float16 ones) are converted slice by slice on the CPU;
+        # a GPU converts them inside the product's kernel, whole.
+        whole = ctx.constant(1) is not None or ctx.target is Target.XLA_GPU
+        spans = [(0, w.shape[0])] if whole else _unit_spans(w, 4)
         y = _chained_products(jnp, lax, spans, lambda start, stop, after: lax.dot_general(
             x, tie_to(jnp, lax, w[start:stop], after), (((1,), (1,)), ((), ())), precision=lax.Precision.HIGHEST))
         return self._finish(ctx, jnp, y, bias, out_shape)
+
+    def _circle_weights(self, xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
+        """Weights of circle's own types, dequantized here (``_block_weights``): ``w`` is the ggml bytes, or
+        UINT4 values."""
+        t = ctx.input(1)
+        units, depth = t.shape
+        rows, out_shape = _fc_output_shape(ctx, x.shape, t.shape)
+        x = x.reshape(rows, depth)
+        lax = ctx.lax
+        if t.dtype == "uint4":
+            scales, zero_points = bw.affine_parameters(ctx, t, units)
+            if ctx.target is Target.XLA_GPU:  # the weight as the GPU holds it (XLA's uint4, see bw.uint4_fc)
+                stored = getattr(ctx.backend, "stored_weight", lambda *_: None)(ctx.subgraph, ctx.op.inputs[1])
+                y = bw.uint4_fc(xp, lax, x, w, scales, zero_points, stored)
+            elif xp is np:
+                y = bw.uint4_fc(np, None, x, w, scales, zero_points)
+            else:  # XLA CPU: in slices of units, as the float32 weights it converts them to
+                y = _chained_products(xp, lax, _unit_spans(w, 4), lambda start, stop, after: bw.uint4_fc(
+                    xp, lax, x, tie_to(xp, lax, w[start:stop], after), scales[start:stop], zero_points[start:stop]))
+        elif xp is np:
+            y = bw.ggml_fc_reference(x, w, t.dtype, units, depth)
+        else:
+            # A GPU takes the product block by block, the scales on the partial sums, and converts the quants
+            # inside the product's kernel.  XLA CPU reduces integer block products in one fused loop for a few
+            # rows, else multiplies the scaled quants in one matmul; per slice of units, each tied to the
+            # previous product (it converts a product's weights whole, and all of them at once).
+            rows_q8 = bw.quantize_rows_q8(xp, computed_once(xp, lax, x))
+            gpu = ctx.target is Target.XLA_GPU
+            constant = isinstance(w, np.ndarray)  # in the program: XLA folds the scaled quants when compiling
+            product = (bw.ggml_fc_partial_sums if gpu else bw.ggml_fc_dequantized if constant
+                       or rows > GGML_CPU_REDUCE_ROWS else bw.ggml_fc_block_sums)
+            whole = constant or gpu
+            spans = [(0, units)] if whole else _spans(units, units * depth * 4)
+            stored = xp.asarray(w).reshape(units, -1)
+            y = _chained_products(xp, lax, spans, lambda start, stop, after: product(
+                xp, lax, rows_q8, tie_to(xp, lax, stored[start:stop], after), t.dtype, stop - start, depth))
+        return self._finish(ctx, xp, y, bias, out_shape)
 
     @staticmethod
     def _finish(ctx: OpContext, xp: Any, y: Any, bias: Any, out_shape: tuple) -> Any:
@@ -144,9 +211,15 @@ def _unit_spans(w: Any, converted_itemsize: int, axis: int = 0) -> list[tuple[in
     """(start, stop) ranges of ``w``'s units (along ``axis``) to multiply by: one, unless ``w`` is a
     value of the program (not numpy: a constant in the program is converted when compiling) whose
     conversion would pass CONVERTED_WEIGHT_CHUNK_BYTES."""
-    units = w.shape[axis]
-    size = math.prod(w.shape) * converted_itemsize
-    if isinstance(w, np.ndarray) or size <= CONVERTED_WEIGHT_CHUNK_BYTES or units < 2:
+    if isinstance(w, np.ndarray):
+        return [(0, w.shape[axis])]
+    return _spans(w.shape[axis], math.prod(w.shape) * converted_itemsize)
+
+
+def _spans(units: int, size: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges of ``units`` whose share of ``size`` converted bytes stays within
+    CONVERTED_WEIGHT_CHUNK_BYTES."""
+    if size <= CONVERTED_WEIGHT_CHUNK_BYTES or units < 2:
         return [(0, units)]
     step = max(1, -(-units * CONVERTED_WEIGHT_CHUNK_BYTES // size))
     return [(start, min(start + step, units)) for start in range(0, units, step)]
@@ -476,7 +549,34 @@ def _block_scales(ctx: OpContext, units: int, depth: int) -> tuple[int, Any]:
 def _blockwise_fc(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
     if xp is np:
         return _blockwise_fc_exact(ctx, x, w, bias)
+    if ctx.target is Target.XLA_GPU:
+        return _blockwise_fc_partial_sums(xp, ctx, x, w, bias)
     return _blockwise_fc_dequantized(xp, ctx, x, w, bias)
+
+
+def _blockwise_fc_partial_sums(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
+    """XLA GPU: the quantized rows times the int4 weights block by block (one batched product over the blocks,
+    whose partial sums are exact in float32), then the partial sums times the block scales, summed.  The
+    scales stay off the weights, so XLA converts the weights inside the product's kernel and never holds them
+    wider than packed (scales on the weights materialized a float32 copy: ``bench/gpu_compile.py``)."""
+    units, depth = w.shape
+    block, scales = _block_scales(ctx, units, depth)
+    blocks = depth // block
+    quantized, row_scale, row_zp = q.quantize_rows(xp, x, True)
+    lax = ctx.lax
+    weights = xp.asarray(w).reshape(units, blocks, block).astype(xp.float32)
+    if x.shape[0] == 1:
+        # one row (a decode step): XLA GPU fuses the scales on the weight into the matrix-vector product (one
+        # kernel, nothing written but the result), where the partial sums would be [blocks, units] floats
+        scaled = (weights * xp.asarray(scales).astype(xp.float32)[:, :, None]).reshape(units, depth)
+        y = lax.dot_general((quantized - row_zp).astype(xp.float32), scaled, (((1,), (1,)), ((), ())),
+                            precision=lax.Precision.HIGHEST) * row_scale
+        return y if bias is None else y + bias
+    centred = (quantized - row_zp).astype(xp.float32).reshape(-1, blocks, block)
+    partial = lax.dot_general(centred, weights, (((2,), (2,)), ((1,), (1,))),
+                              precision=lax.Precision.HIGHEST)  # [blocks, rows, units]
+    y = xp.sum(partial * xp.asarray(scales).astype(xp.float32).T[:, None, :], axis=0) * row_scale
+    return y if bias is None else y + bias
 
 
 def _blockwise_fc_exact(ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:

@@ -100,6 +100,10 @@ class OpContext:
         """Run another subgraph of the model (WHILE, IF, CALL, composites)."""
         return self.backend.run_subgraph(index, list(inputs))
 
+    def run_model(self, model: Model, index: int, inputs: Sequence[Any]) -> list[Any]:
+        """Run subgraph ``index`` of another model with this op's target (circle's RUN_MODEL)."""
+        return self.backend.run_model(model, index, list(inputs))
+
     @property
     def variables(self) -> dict:
         """Resource-variable storage of the running model (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE)."""
@@ -126,6 +130,14 @@ class Op:
     def lower(self, ctx: OpContext, *inputs: Any) -> Any:
         return self.compute(ctx, *inputs)
 
+    def builtin_lowering(self, op: Operator, subgraph: Subgraph, g: Any) -> bool:
+        """Emit ``op`` as TFLite builtin ops, for the engines that read TFLite only (the official interpreter,
+        OpenVINO): circle-only ops define it where builtin ops compute the same thing in float32.  ``g`` is the
+        rewriter's emitter (``compile.circle_lowering``): ``g.constant(values)`` and ``g.op(name, inputs, shape,
+        output=None, **options)`` return tensor indices, the last op writing ``op``'s own output.  Return False,
+        having emitted nothing, where this op instance has no lowering (the op then stays as it is)."""
+        return False
+
     def input_dtype(self, op: Operator, subgraph: Subgraph) -> str | None:
         for i in op.inputs:
             if i >= 0:
@@ -146,6 +158,9 @@ class Op:
 
 _BUILTIN: dict[str, Op] = {}
 _CUSTOM: dict[str, Op] = {}
+# Ops litegpu knows and deliberately does not run, with the reason (``refuse``): a model using them is refused
+# with that reason rather than with a bare "not implemented".
+_REFUSED: dict[str, str] = {}
 
 
 def register(name: str, *, custom: bool = False) -> Callable[[type[Op]], type[Op]]:
@@ -160,6 +175,19 @@ def register(name: str, *, custom: bool = False) -> Callable[[type[Op]], type[Op
     return decorate
 
 
+def refuse(name: str, reason: str) -> None:
+    """Record why builtin op ``name`` is not implemented (from the op module that documents the finding)."""
+    if name in _BUILTIN or name in _REFUSED:
+        raise RuntimeError(f"op {name} is registered or refused twice")
+    _REFUSED[name] = reason
+
+
+def refusal(name: str) -> str | None:
+    """Why builtin op ``name`` is deliberately not implemented (None: no recorded reason)."""
+    _ensure_loaded()
+    return _REFUSED.get(name)
+
+
 def _ensure_loaded() -> None:
     from . import _catalog  # noqa: F401  (imports every op module once)
 
@@ -169,7 +197,9 @@ def lookup(op: Operator) -> Op:
     impl = (_CUSTOM if op.is_custom else _BUILTIN).get(op.opcode_name)
     if impl is None:
         kind = "custom op" if op.is_custom else "op"
-        raise UnsupportedOpError(f"{kind} {op.opcode_name} (#{op.index}) is not implemented by litegpu")
+        why = None if op.is_custom else _REFUSED.get(op.opcode_name)
+        raise UnsupportedOpError(f"{kind} {op.opcode_name} (#{op.index}) is not implemented by litegpu"
+                                 + (f": {why}" if why else ""))
     return impl
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
+from . import _block_weights as bw
 from .common import constant_tensor
 from .registry import Op, OpContext, register
 from .shape import ANY_DTYPE, normalize_axis, static_ints
@@ -258,11 +259,41 @@ def _check_indices(ctx: OpContext, indices: Any, limits: Any, what: str) -> None
                                   f"(valid: 0 <= index < {np.asarray(limits).tolist()})")
 
 
+def _circle_table(dtype: str) -> bool:
+    return bw.is_block_weight(dtype) or dtype in bw.MX_TYPES or dtype == "uint4"
+
+
+def _circle_table_reason(op: Any, subgraph: Any) -> str | None:
+    """A table of circle's own weight types is dequantized by the gather (``_block_weights``): rows of a
+    [units, depth] constant picked along axis 0, as onert's ``ggml_get_rows``."""
+    table, indices = subgraph.tensors[op.inputs[0]], subgraph.tensors[op.inputs[1]]
+    out = subgraph.tensors[op.outputs[0]]
+    if table.dtype in bw.MX_TYPES:
+        return f"{table.dtype} params: {bw.MX_REFUSAL}"
+    if out.dtype != "float32":
+        return f"{table.dtype} params are dequantized: the output must be float32, not {out.dtype}"
+    if len(table.shape) != 2 or op.options.get("batch_dims", 0) != 0 or op.options.get("axis", 0) not in (0, -2):
+        return (f"{table.dtype} params are gathered by rows: a [units, depth] table, axis 0 and no batch dims "
+                f"(got shape {list(table.shape)}, axis {op.options.get('axis', 0)}, batch_dims "
+                f"{op.options.get('batch_dims', 0)})")
+    if indices.dtype not in ("int32", "int64"):
+        return f"indices of type {indices.dtype} are not supported"
+    return bw.block_reason(table, "params") if bw.is_block_weight(table.dtype) else bw.uint4_reason(table, "params")
+
+
 @register("GATHER")
 class Gather(Op):
     dtypes = ANY_DTYPE
 
+    def unsupported_reason(self, op, subgraph, target):
+        if _circle_table(subgraph.tensors[op.inputs[0]].dtype):
+            return _circle_table_reason(op, subgraph)
+        return super().unsupported_reason(op, subgraph, target)
+
     def compute(self, ctx: OpContext, x: Any, indices: Any) -> Any:
+        if _circle_table(ctx.input(0).dtype):
+            _check_indices(ctx, indices, ctx.input(0).shape[0], "index")
+            return bw.gather_rows(ctx, x, indices)
         if x.ndim == 0:
             raise ModelExecutionError(f"{ctx.op}: cannot gather from a scalar")
         axis = normalize_axis(ctx, int(ctx.options.get("axis", 0)), x.ndim)

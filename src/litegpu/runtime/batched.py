@@ -146,7 +146,7 @@ class BatchedModel:
 
             compiled = self._compiled
             state = XlaState(compiled._xla_model, compiled.environment.device(compiled._platform),
-                             XlaBackend.storage_dtype(compiled.options.precision))
+                             XlaBackend.storage_dtype(compiled.options.precision), platform=compiled._platform)
             self._backends[signature.index] = XlaBackend(compiled._xla_model, signature.subgraph, compiled._platform,
                                                          precision=compiled.options.precision, state=state)
         return self._backends[signature.index]

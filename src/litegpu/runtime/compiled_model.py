@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..compile import CPU, GPU, NPU, DelegationPlan, plan
+from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, DelegationPlan, plan_model
 from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
                       TensorBufferError)
 from ..ir import numpy_dtype
@@ -40,10 +40,17 @@ HOST_MEMORY_BUFFER_TYPE = 1  # kLiteRtTensorBufferTypeHostMemory, what the offic
 
 
 def _dtype_name(t: ir.Tensor) -> str:
+    return _numpy_name(t.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_name(dtype: str) -> str:
+    """numpy's name of an IR dtype, once per dtype: the tensor details a generate call reads cost a
+    millisecond when each asked numpy again."""
     try:
-        return np.dtype(numpy_dtype(t.dtype)).name
+        return np.dtype(numpy_dtype(dtype)).name
     except Exception:
-        return t.dtype
+        return dtype
 
 
 class _ReferenceSignature:
@@ -62,6 +69,55 @@ class _ReferenceSignature:
         self.backend.reset_variables()
 
 
+class _StraightPath:
+    """A signature that one host engine runs whole, taking numpy arrays as they are (the official interpreter,
+    on the models that run in microseconds): the call checks each input's type, dtype and shape and hands the
+    arrays straight to the engine, in two or three Python frames instead of a dozen (issue 26: litegpu's call
+    within 3 us of the official interpreter's own; ``bench/call_cost.py``).  Anything else (another dtype or
+    shape, a TensorBuffer a run has yet to fill, a device array) takes the general path, which converts,
+    checks in detail and says what is wrong.  ``shapes`` is the model's live list of the signature's input
+    shapes, so a resize is seen at once."""
+
+    __slots__ = ("run", "dtypes", "shapes", "input_names", "output_names", "output_dtypes")
+
+    def __init__(self, run: Any, dtypes: Sequence[np.dtype], shapes: list, input_names: Sequence[str],
+                 output_names: Sequence[str], output_dtypes: Sequence[np.dtype]):
+        self.run, self.dtypes, self.shapes = run, tuple(dtypes), shapes
+        self.input_names, self.output_names = tuple(input_names), tuple(output_names)
+        self.output_dtypes = tuple(output_dtypes)
+
+    def takes(self, arrays: Sequence[Any]) -> bool:
+        """Whether ``arrays`` (signature order) are numpy arrays of the inputs' dtypes and current shapes."""
+        if len(arrays) != len(self.dtypes):
+            return False
+        for x, dtype, shape in zip(arrays, self.dtypes, self.shapes):
+            if type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape:
+                return False
+        return True
+
+    def arrays_of(self, buffers: Sequence[Any], outputs: Sequence[Any]) -> list[np.ndarray] | None:
+        """The host arrays of input ``buffers`` when each holds one ready to read as it is, and the output
+        buffers are TensorBuffers of the outputs' dtypes that the results may replace; else None."""
+        if type(buffers) is not list and type(buffers) is not tuple or len(buffers) != len(self.dtypes):
+            return None
+        if type(outputs) is not list and type(outputs) is not tuple or len(outputs) != len(self.output_dtypes):
+            return None
+        for b, dtype in zip(outputs, self.output_dtypes):
+            if type(b) is not TensorBuffer or b._dtype != dtype or not b._owns_host_memory:
+                return None
+        arrays = []
+        for b, dtype, shape in zip(buffers, self.dtypes, self.shapes):
+            # host data no run still has to deliver (no event, nothing pending), read in place: a method call
+            # per input would be a tenth of a microsecond each here
+            if type(b) is not TensorBuffer or b.event is not None or b._pending is not None or b._closed:
+                return None
+            array = b._array
+            if type(array) is not np.ndarray or array.dtype != dtype or array.shape != shape:
+                return None
+            arrays.append(array)
+        return arrays
+
+
 def _in_signature_order(by_name: Mapping[str, Any], names: Sequence[str], what: str) -> list[Any]:
     """A name -> value map as a list in signature order; unknown or missing names are an error."""
     unknown = [k for k in by_name if k not in names]
@@ -73,12 +129,11 @@ def _in_signature_order(by_name: Mapping[str, Any], names: Sequence[str], what: 
 
 
 def litegpu_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The package's ``__version__`` (pyproject's version; a test keeps them equal), read without
+    ``importlib.metadata``, whose import and scan of the installed packages cost a warm start 10-40 ms."""
+    from .. import __version__
 
-    try:
-        return version("litegpu")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
@@ -88,9 +143,10 @@ def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
 
         with open(model.source, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return fingerprint(data)
+    from ..format import file_format
     from ..ir.save import to_bytes
 
-    return fingerprint(to_bytes(model))
+    return fingerprint(to_bytes(model, file_format(model.file_format)))
 
 
 class CompiledModel:
@@ -127,6 +183,8 @@ class CompiledModel:
         self._reference: Any = None
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions: dict[int, tuple[list[int], list[int]]] = {}
+        # signature index and key -> its straight path, once its first run made the backend (``_StraightPath``)
+        self._straight: dict[int | str, _StraightPath] = {}
 
     # ---- creation ---------------------------------------------------------------------------
     @classmethod
@@ -169,15 +227,21 @@ class CompiledModel:
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
         self._cpu_engines = self._engines()
-        chosen = plan(self._planned_ir, wanted, warn=not reasons, cpu_kernels=self._cpu_kernels(wanted),
-                      engines=self._cpu_engines, gpu_engine=self._gpu_engine)
-        if self._gpu_engine is not None and chosen.target is not Target.IREE:
+        planned = plan_model(self._gpu_planned_ir(), wanted, warn=not reasons,
+                             cpu_kernels=self._cpu_kernels(wanted), engines=self._cpu_engines,
+                             gpu_engine=self._gpu_engine,
+                             lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
+        if self._gpu_engine is not None and planned.plan.target is not Target.IREE:
             # kept on the CPU after all (refused ops in a model with variables): the CPU's exact kernels, not the
             # GPU's float view, which the plan was made on
             self._gpu_engine = None
-            self.__dict__.pop("_planned_ir", None)
-            chosen = plan(self._planned_ir, CPU, warn=False, cpu_kernels=self._cpu_kernels(CPU),
-                          engines=self._cpu_engines)
+            self._cpu_engines = self._engines()
+            planned = plan_model(self._xla_ir, CPU, warn=False, cpu_kernels=self._cpu_kernels(CPU),
+                                 engines=self._cpu_engines,
+                                 lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
+        chosen, self._planned_ir, self._cpu_engines = planned.plan, planned.model, planned.engines
+        if planned.lowered and self._cache is not None:  # its partitions index the lowered model's ops
+            self._cache_key = {**self._cache_key, **LOWERED_CACHE_KEY}
         if reasons:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
@@ -206,12 +270,11 @@ class CompiledModel:
 
         return EngineSettings(precision=self._options.precision)
 
-    @functools.cached_property
-    def _planned_ir(self) -> ir.Model:
-        """The model the plan is made on, and its partitions run: on IREE's GPU the model as it runs there (a
-        quantized model's float view, ``GpuOptions.quantized_execution``), else what XLA compiles.  (Evaluated
-        while the GPU engine is chosen; a plan that then stays on the CPU is made and run on ``_xla_ir``.)"""
-        if getattr(self, "_gpu_engine", None) is None:
+    def _gpu_planned_ir(self) -> ir.Model:
+        """The model the plan is made on: on IREE's GPU the model as it runs there (a quantized model's float
+        view, ``GpuOptions.quantized_execution``), else what XLA compiles.  (A plan that then stays on the CPU is
+        made and run on ``_xla_ir``.)"""
+        if self._gpu_engine is None:
             return self._xla_ir
         from ..compile.float_view import model_for_platform
 
@@ -302,6 +365,7 @@ class CompiledModel:
         """Release the compiled programs, weights and variables; later calls raise ClosedError."""
         with self._lock:
             self._closed = True
+            self._straight.clear()
             self._backends.clear()
             self._state = self._reference = None
 
@@ -460,11 +524,13 @@ class CompiledModel:
 
     def create_input_buffer_by_name(self, signature_key: str, input_name: str) -> TensorBuffer:
         s = self._signature(signature_key)
-        return self.create_input_buffers(s.index)[self._named(s, input_name, "input")]
+        i = self._named(s, input_name, "input")  # only this one made: a KV cache is megabytes per input
+        return self._new_buffer(self._tensor(s, s.inputs[i][1]), self._input_shapes[s.index][i], input_name)
 
     def create_output_buffer_by_name(self, signature_key: str, output_name: str) -> TensorBuffer:
         s = self._signature(signature_key)
-        return self.create_output_buffers(s.index)[self._named(s, output_name, "output")]
+        i = self._named(s, output_name, "output")
+        return self._new_buffer(self._tensor(s, s.outputs[i][1]), self._output_specs(s)[i][0], output_name)
 
     # ---- backends ---------------------------------------------------------------------------
     def _backend(self, s: SignatureInfo) -> Any:
@@ -474,7 +540,23 @@ class CompiledModel:
             if backend is None:
                 backend = self._make_backend(s.subgraph)
                 self._backends[s.index] = backend
+                self._open_straight_path(s, backend)
             return backend
+
+    def _open_straight_path(self, s: SignatureInfo, backend: Any) -> None:
+        """A straight path for signature ``s`` where its backend offers one (``straight_run``) and the
+        signature lists the subgraph's inputs and outputs in the subgraph's order (the usual case)."""
+        offer = getattr(backend, "straight_run", None)
+        run = offer() if offer is not None else None
+        if run is None:
+            return
+        sg = self._ir.subgraphs[s.subgraph]
+        if [t for _, t in s.inputs] != list(sg.inputs) or [t for _, t in s.outputs] != list(sg.outputs):
+            return
+        output_dtypes = [np.dtype(numpy_dtype(self._tensor(s, t).dtype)) for _, t in s.outputs]
+        path = _StraightPath(run, s.input_dtypes, self._input_shapes[s.index], s.input_names, s.output_names,
+                             output_dtypes)
+        self._straight[s.index] = self._straight[s.key] = path
 
     def _open_compile_cache(self) -> tuple[Any, dict]:
         """Our executable cache when a serialization dir is set.  JAX's persistent cache is not turned on
@@ -489,16 +571,19 @@ class CompiledModel:
         key = {"model_token": token, "litegpu": litegpu_version()}
         return CompileCache(directory), key
 
-    def _engines(self) -> dict[str, Any]:
+    def _engines(self, cache_key: dict | None = None) -> dict[str, Any]:
         """The CPU engines the planner may ask, holding this model's compile cache (OpenVINO's answer on
-        which ops it converts, and which engine ran the model faster, are cached there too)."""
+        which ops it converts, and which engine ran the model faster, are cached there too); ``cache_key``
+        overrides the model's (a rewritten model's entries kept apart)."""
         if self._options.cpu_options.kernels != "fast":
             return {}
         from ..backends.engine import fast_cpu_engines
 
-        file = self._ir.source if os.path.isfile(self._ir.source) else None
-        found = fast_cpu_engines(self._engine_settings(), file, self._cache, self._cache_key,
-                                 whole_file=self._planned_ir is self._ir)
+        key = self._cache_key if cache_key is None else cache_key
+        # the whole file only where the partitions run the file as it is (not IREE's float view of it)
+        whole_file = self._xla_ir is self._ir and cache_key is None and getattr(self, "_gpu_engine", None) is None
+        found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, key,
+                                 whole_file=whole_file)
         allowed = self._options.cpu_options.engines
         return found if allowed is None else {name: e for name, e in found.items() if name in allowed}
 
@@ -525,7 +610,8 @@ class CompiledModel:
         model = self._xla_model
         if self._state is None:
             self._state = XlaState(model, self._environment.device(self._platform),
-                                   XlaBackend.storage_dtype(precision), devices=self._devices)
+                                   XlaBackend.storage_dtype(precision), devices=self._devices,
+                                   platform=self._platform)
         return XlaBackend(model, subgraph, self._platform, precision=precision, state=self._state,
                           cache=self._cache, cache_key=self._cache_key)
 
@@ -695,11 +781,28 @@ class CompiledModel:
     def run_by_index(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
                      output_buffers: Sequence[TensorBuffer]) -> None:
         """Run a signature; when this returns, the outputs hold the results."""
+        straight = self._straight.get(signature_index) if type(signature_index) is int else None
+        arrays = straight.arrays_of(input_buffers, output_buffers) if straight is not None else None
+        if arrays is not None:
+            for buffer, result in zip(output_buffers, straight.run(arrays)):
+                buffer._set_result(result)
+            return
         self._run(signature_index, input_buffers, output_buffers, asynchronous=False)
 
     def run_by_name(self, signature_key: str, input_map: Mapping[str, TensorBuffer],
                     output_map: Mapping[str, TensorBuffer]) -> None:
         """Run a signature with buffers by name; unknown or missing names raise SignatureError."""
+        straight = self._straight.get(signature_key) if type(signature_key) is str else None
+        if straight is not None and type(input_map) is dict and type(output_map) is dict:
+            inputs = list(map(input_map.get, straight.input_names)) if len(input_map) == len(
+                straight.input_names) else None
+            outputs = list(map(output_map.get, straight.output_names)) if len(output_map) == len(
+                straight.output_names) else None
+            arrays = straight.arrays_of(inputs, outputs) if inputs is not None and outputs is not None else None
+            if arrays is not None:
+                for buffer, result in zip(outputs, straight.run(arrays)):
+                    buffer._set_result(result)
+                return
         if not isinstance(input_map, Mapping) or not isinstance(output_map, Mapping):
             raise InvalidArgumentError("run_by_name takes name -> TensorBuffer dicts for inputs and outputs")
         self._run(signature_key, input_map, output_map, asynchronous=False)
@@ -724,6 +827,12 @@ class CompiledModel:
         Dimensions that are -1 in the model's shape signature may take any size (compiled per shape);
         dtypes and the other dimensions must match.
         """
+        straight = self._straight.get(signature_key) if type(signature_key) is not bool else None
+        if straight is not None:
+            arrays = list(map(inputs.get, straight.input_names)) if type(inputs) is dict and len(inputs) == len(
+                straight.input_names) else inputs if type(inputs) is list else None
+            if arrays is not None and straight.takes(arrays):
+                return dict(zip(straight.output_names, straight.run(arrays)))
         s = self._signature(signature_key)
         if type(inputs) is dict or isinstance(inputs, Mapping):  # a dict skips the slower ABC check
             if len(inputs) != len(s.input_names) or not all(n in inputs for n in s.input_names):
@@ -775,6 +884,10 @@ class CompiledModel:
     def __call__(self, *inputs: Any, signature_key: str | int = 0, **named: Any) -> Any:
         """``y = model(x)``: positional or keyword numpy inputs; one output comes back as an array,
         several as a tuple in the signature's output order."""
+        straight = self._straight.get(signature_key) if not named and type(signature_key) is not bool else None
+        if straight is not None and straight.takes(inputs):
+            results = straight.run(inputs)
+            return results[0] if len(results) == 1 else tuple(results)
         if inputs and named:
             raise InvalidArgumentError("pass the inputs either by position or by name, not both")
         result = self.run(named if named else list(inputs), signature_key)

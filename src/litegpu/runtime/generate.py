@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, SignatureError
+from ..backends.xla_generate import DEFAULT_CHUNK
+from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from .tensor_buffer import TensorBuffer, _is_device_array
 
 
@@ -77,6 +78,8 @@ class _Loop:
                                    for key in keys}
         self.step_logits = {key: model.create_output_buffer_by_name(key, logits) for key in keys
                             if logits in signatures[key]["outputs"]}
+        # on the official interpreter, the token-by-token steps leave the cache in its tensors
+        self.carried = _CarriedCache.for_loop(self)
 
     def _cache_names(self, signatures: dict) -> list[str]:
         names = []
@@ -93,10 +96,43 @@ class _Loop:
             raise SignatureError(f"the signatures carry different state: {names}")
         return names[0]
 
-    @property
+    def device_loop(self, chunk: int, sampling: Any, stops: set[int], seed: int | None) -> Any:
+        """A ``backends.xla_generate.DecodeLoop`` for the decode signature where one XLA program runs all of it (a
+        whole-model GPU or XLA CPU plan, no resource variables, weights on one device); None elsewhere."""
+        from ..backends.xla import XlaBackend
+
+        signature = self.model._signature(self.decode)
+        backend = self.model._backend(signature)
+        if (not isinstance(backend, XlaBackend) or backend.op_range is not None or backend.variables
+                or backend.state.mesh is not None):
+            return None
+        from ..backends.xla_generate import DecodeLoop, StepLayout
+
+        layout = StepLayout.of(backend.model, self.decode, self.tokens_name, self.position_name, self.logits_name,
+                               self.mask_name, self.cache_names, self.max_len)
+        return DecodeLoop(backend, layout, chunk, sampling, tuple(stops), seed)
+
+    def release(self) -> None:
+        """The generation is over: a cache kept in the engine's tensors is dropped there (``_CarriedCache``)."""
+        if self.carried is not None:
+            self.carried.state.release()
+
+    def cache_arrays(self, device: Any) -> list[Any]:
+        """The KV cache as device arrays, in ``cache_names`` order (host zeros before any run are placed there)."""
+        from ..backends.xla import jax_module
+
+        values = [self.caches[n]._data() for n in self.cache_names]
+        return [v if _is_device_array(v) else jax_module().device_put(np.asarray(v), device) for v in values]
+
+    def keep_caches(self, arrays: Sequence[Any]) -> None:
+        for name, value in zip(self.cache_names, arrays):
+            self.caches[name]._set_result(value)
+
+    @functools.cached_property
     def max_len(self) -> int | None:
-        return _cache_length({n: tuple(self.model.get_input_tensor_details(self.decode)[n]["shape"])
-                              for n in self.cache_names}, self.step_inputs[self.decode].get(self.mask_name))
+        details = self.model.get_input_tensor_details(self.decode)
+        return _cache_length({n: tuple(details[n]["shape"]) for n in self.cache_names},
+                             self.step_inputs[self.decode].get(self.mask_name))
 
     def prefill_for(self, remaining: int) -> tuple[str, int]:
         """(signature, length): the smallest prefill that takes ``remaining`` tokens, else the longest."""
@@ -108,6 +144,13 @@ class _Loop:
         """Run one signature for ``tokens`` starting at ``position``; its logits [T, vocab] on the host, or None
         when the signature returns none.  ``input_pos`` is one position, or one per token (the converter's)."""
         inputs = self.step_inputs[key]
+        if self.carried is not None:
+            fed = {self.tokens_name: np.asarray(tokens, self.token_dtype).reshape(inputs[self.tokens_name].shape),
+                   self.position_name: self._positions(key, position, len(tokens))}
+            if self.mask_name:
+                fed[self.mask_name] = _causal_mask(inputs[self.mask_name], position)
+            values = self.carried.run(key, fed)
+            return None if values is None else values.reshape(-1, values.shape[-1])
         inputs[self.tokens_name].write(np.asarray(tokens, self.token_dtype).reshape(1, -1))
         inputs[self.position_name].write(self._positions(key, position, len(tokens)))
         if self.mask_name:
@@ -133,6 +176,8 @@ class _Loop:
         stay on the device (the XLA engines) the next token is picked there and returned as a device array
         [1, 1], not yet read; otherwise the logits are read and the token is a host int."""
         key = self.decode
+        if self.carried is not None:  # a host engine: the step runs now, its token is a host int
+            return int(np.argmax(self.step(key, [int(token)], position)[-1]))
         shape = self.step_inputs[key][self.tokens_name].shape
         # Fresh input buffers each step: the step dispatched before may not have read the last ones yet.
         inputs = {**self.caches,
@@ -148,6 +193,59 @@ class _Loop:
             return _device_argmax(tuple(shape), self.token_dtype.name)(values)
         values = logits.read()
         return int(np.argmax(values.reshape(-1, values.shape[-1])[-1]))
+
+
+class _CarriedCache:
+    """The KV cache kept in the official interpreter between the token-by-token steps, for a model whose every
+    prefill and decode signature it runs whole (``backends.litert.CarriedState``).  A step sets the tokens,
+    the position (and the mask), runs, and reads the logits; the cache is copied from the last step's output
+    tensors into the next step's input tensors inside the interpreter, never through numpy.  Passing it
+    through TensorBuffers as inputs and outputs of each run, as the official signature-runner loop does, copies
+    every cache tensor out and back in every step (issue 26; BENCHMARKS.md, LLM decode on the CPU)."""
+
+    def __init__(self, loop: _Loop, executables: dict[str, Any]):
+        from ..backends.litert import CarriedState
+
+        self.executables = executables
+        shared = next(iter(executables.values())).shared
+        self.state = CarriedState(shared, [loop.caches[n]._data() for n in loop.cache_names])
+        self.layouts = {key: _carried_layout(loop, key, executable) for key, executable in executables.items()}
+
+    @classmethod
+    def for_loop(cls, loop: _Loop) -> "_CarriedCache | None":
+        """One for ``loop`` where one official interpreter runs every signature it steps through whole."""
+        from ..backends.litert import LiteRtExecutable
+
+        executables = {}
+        for key in [loop.decode, *loop.prefills.values()]:  # the decode first: nothing made for another engine
+            backend = loop.model._backend(loop.model._signature(key))
+            whole = getattr(backend, "whole_executable", None)
+            executable = whole() if whole is not None else None
+            if not isinstance(executable, LiteRtExecutable):
+                return None
+            executables[key] = executable
+        if len({id(e.shared) for e in executables.values()}) != 1:
+            return None
+        return cls(loop, executables)
+
+    def run(self, key: str, fed: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Run signature ``key`` on ``fed`` (name -> array) with the carried cache; its logits, or None."""
+        carried_in, carried_out, positions, logits = self.layouts[key]
+        results = self.executables[key].run_carrying(self.state, carried_in, carried_out,
+                                                     {positions[n]: v for n, v in fed.items()}, logits)
+        return results[0] if results else None
+
+
+def _carried_layout(loop: _Loop, key: str, executable: Any) -> tuple[list[int], list[int], dict[str, int], list[int]]:
+    """Where signature ``key``'s cache, fed inputs and logits sit among ``executable``'s inputs and outputs:
+    (cache inputs, cache outputs, fed name -> input position, [logits output position] or [])."""
+    signature = loop.model._signature(key)
+    by_input, by_output = dict(signature.inputs), dict(signature.outputs)
+    inputs, outputs = list(executable.op_range.inputs), list(executable.op_range.outputs)
+    fed = {n: inputs.index(by_input[n]) for n in (loop.tokens_name, loop.position_name, loop.mask_name) if n}
+    logits = [outputs.index(by_output[loop.logits_name])] if loop.logits_name in by_output else []
+    return ([inputs.index(by_input[n]) for n in loop.cache_names], [outputs.index(by_output[n]) for n in loop.cache_names],
+            fed, logits)
 
 
 @functools.lru_cache(maxsize=None)
@@ -228,34 +326,41 @@ def generate(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, t
              top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
              pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
              tokens_input: str = "tokens", position_input: str = "input_pos",
-             logits_output: str = "logits") -> list[int]:
+             logits_output: str = "logits", chunk_tokens: int = DEFAULT_CHUNK) -> list[int]:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_tokens``; returns the new tokens.
 
     ``temperature`` 0 is greedy (argmax, ties to the lowest id); above 0 samples from
-    softmax(logits / temperature), restricted to the ``top_k`` largest when given, with a numpy
-    generator seeded by ``seed``.  Generation stops early after a token in ``stop_tokens``
-    (included in the result).  ``model`` is a litegpu ``CompiledModel``.  See ``generate_stream``
-    for the conventions understood (litert-torch's included).
+    softmax(logits / temperature), restricted to the ``top_k`` largest when given, reproducibly for a
+    ``seed``.  Generation stops early after a token in ``stop_tokens`` (included in the result).
+    ``model`` is a litegpu ``CompiledModel``.  ``chunk_tokens``: decode steps per launch where the decode
+    signature runs as one XLA program (0: one launch per token).  See ``generate_stream`` for the
+    conventions understood (litert-torch's included).
     """
     return list(generate_stream(model, prompt_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
                                 seed=seed, stop_tokens=stop_tokens, pad_token=pad_token,
                                 prefill_signature=prefill_signature, decode_signature=decode_signature,
                                 tokens_input=tokens_input, position_input=position_input,
-                                logits_output=logits_output))
+                                logits_output=logits_output, chunk_tokens=chunk_tokens))
 
 
 def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, temperature: float = 0.0,
                     top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
                     pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
                     tokens_input: str = "tokens", position_input: str = "input_pos",
-                    logits_output: str = "logits") -> Iterator[int]:
-    """``generate`` as an iterator: each new token as soon as it is picked.
+                    logits_output: str = "logits", chunk_tokens: int = DEFAULT_CHUNK) -> Iterator[int]:
+    """``generate`` as an iterator: the new tokens as they come.
 
     Conventions, read from the signatures: one ``prefill`` signature, or several ``prefill_<T>`` ones (as
     litert-torch writes them: the smallest that takes the rest of the prompt, longer prompts in chunks);
     ``input_pos`` one position or one per token; prefill with logits, or without (litert-torch's default:
     the prompt but its last token is prefilled, and the last token is decoded, as LiteRT-LM does).  The KV
     cache stays on the device between steps.
+
+    Where the decode signature runs as one XLA program (a model fully on the GPU, or on XLA CPU), tokens are
+    generated on the device ``chunk_tokens`` at a time in one launch (``backends.xla_generate``): picked there,
+    fed back there, one array of tokens read per chunk, the next chunk already dispatched; the stream yields
+    them chunk by chunk.  Greedy tokens equal the token-by-token loop's.  Sampled tokens come from JAX's random
+    numbers there (the same for a seed whatever the chunk size) and from a numpy generator elsewhere.
     """
     prompt = [int(t) for t in np.asarray(list(prompt_tokens)).reshape(-1)]
     if not prompt:
@@ -279,22 +384,38 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
 
     if max_new_tokens == 0:
         return
+    if chunk_tokens < 0:
+        raise InvalidArgumentError(f"chunk_tokens cannot be negative, got {chunk_tokens}")
     last = _prefill(loop, prompt, pad_token)
-    if temperature == 0:
+    device = None
+    if chunk_tokens and max_new_tokens > 1:
+        from ..backends.xla_generate import Sampling
+
+        device = loop.device_loop(chunk_tokens, Sampling(float(temperature), top_k), stops, seed)
+    if device is not None:
         first = pick(last)
         yield first
-        if first not in stops and max_new_tokens > 1:
-            yield from _greedy_decode(loop, first, len(prompt), max_new_tokens - 1, stops)
+        if first not in stops:
+            yield from _device_decode(loop, device, first, len(prompt), max_new_tokens - 1)
         return
-    produced, position = 0, len(prompt)
-    while True:
-        token = pick(last)
-        produced += 1
-        yield token
-        if token in stops or produced == max_new_tokens:
+    try:
+        if temperature == 0:
+            first = pick(last)
+            yield first
+            if first not in stops and max_new_tokens > 1:
+                yield from _greedy_decode(loop, first, len(prompt), max_new_tokens - 1, stops)
             return
-        last = loop.step(loop.decode, [token], position)[0]
-        position += 1
+        produced, position = 0, len(prompt)
+        while True:
+            token = pick(last)
+            produced += 1
+            yield token
+            if token in stops or produced == max_new_tokens:
+                return
+            last = loop.step(loop.decode, [token], position)[0]
+            position += 1
+    finally:
+        loop.release()  # done or abandoned: a cache kept in the engine need not be copied out for its next user
 
 
 def _greedy_decode(loop: _Loop, token: int, position: int, count: int, stops: set[int]) -> Iterator[int]:
@@ -318,6 +439,41 @@ def _greedy_decode(loop: _Loop, token: int, position: int, count: int, stops: se
         if token in stops or produced == count:
             return
         pending = ahead if ahead is not None else loop.greedy_step(token, position + produced)
+
+
+def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: int) -> Iterator[int]:
+    """The ``count`` tokens after ``token`` (fed at ``position``), generated on the device a chunk at a time: each
+    chunk is dispatched before the previous one's tokens are read, so the device never waits for the host."""
+    from ..backends.xla_generate import MASKED
+    from .event import _wait_for
+
+    chunk = device.chunk
+    caches = device.carried(loop.cache_arrays(device.backend.state.device))
+    pending = device.run(caches, token, position, 0, min(chunk, count))
+    latest = pending
+    done = 0
+    try:
+        while True:
+            tokens, caches, last, stopped = pending
+            ahead = None
+            if done + chunk < count:  # ``done``: the tokens yielded, all of the chunks before this one
+                ahead = device.run(caches, last, position + done + chunk, done + chunk,
+                                   min(chunk, count - done - chunk), stopped)
+                latest = ahead
+            _wait_for(tokens)
+            for value in np.asarray(tokens).tolist():
+                if value == MASKED:  # only after a stop token or past the tokens asked for, both returned below
+                    raise ModelExecutionError(f"the device's decode loop gave no token at step {done + 1} of "
+                                              f"{count} (no stop token before it): a bug, please report it")
+                yield value
+                done += 1
+                if value in device.stop_tokens or done == count:
+                    return
+            if ahead is None:
+                return
+            pending = ahead
+    finally:
+        loop.keep_caches(device.per_layer(latest[1]))
 
 
 def _prefill(loop: _Loop, prompt: list[int], pad_token: int) -> np.ndarray:

@@ -58,7 +58,10 @@ class CpuOptions:
     """CPU options.
 
     ``kernel_mode``: see :class:`CpuKernelMode` (None: the fast path).  ``num_threads``: threads of
-    the OpenVINO and LiteRT engines (0: all cores); XLA CPU sizes its own thread pool per process.
+    the OpenVINO and LiteRT engines; 0 (the default, also of ``CompiledModel.from_file(path)`` without options)
+    is the machine's physical cores, as ONNX Runtime, OpenVINO and PyTorch default to, and lets the engine
+    take fewer where that is faster (a model too small to share out); 1 is the official interpreter's
+    default.  XLA CPU sizes its own thread pool per process.
     ``precision``: "fp32" (default, on every engine) or "bf16", which lets OpenVINO compute in bfloat16
     on CPUs with AMX / AVX512-BF16 (faster, about 1e-2 relative error: BENCHMARKS.md); XLA partitions
     stay fp32.  ``quantized_execution`` (integer and dynamic-range ops on the fast path): None (default,
@@ -226,8 +229,9 @@ def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator
         if not isinstance(options, Options):
             raise InvalidArgumentError(f"options must be litegpu.Options, got {type(options).__name__}")
         return options
-    return Options(HardwareAccelerator.CPU if hardware_accel is None else hardware_accel,
-                   cpu_options=CpuOptions(num_threads=1))
+    # the CPU options' defaults (num_threads=0: the physical cores), not the official interpreter's one thread:
+    # a new user's ``from_file(path)`` ran the docs' models at 0.55x of what two threads gave (issue 26)
+    return Options(HardwareAccelerator.CPU if hardware_accel is None else hardware_accel)
 
 
 __all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GPU_ENGINES", "GpuOptions", "HardwareAccelerator", "Options",

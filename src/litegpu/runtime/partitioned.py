@@ -118,6 +118,7 @@ class _LiteRtUnit:
     def __init__(self, executable: Any, traced: Callable[[], Any], model: ir.Model):
         self.executable, self.op_range, self._traced, self.model = executable, executable.op_range, traced, model
         self.run = executable.run  # a call of a model that runs in microseconds: no layer of our own
+        self.run_arrays = executable.run_arrays
 
     def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], Any]]:
         found = self.executable.output_shapes(input_shapes)
@@ -159,7 +160,7 @@ class PartitionedModel:
 
             device = (self._device or device_for)(platform)
             self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
-                                              devices=self._devices.get(platform))
+                                              devices=self._devices.get(platform), platform=platform)
         return self._states[platform]
 
     @property
@@ -294,6 +295,23 @@ class PartitionedSignature:
         # None: already in order (the usual case), no reordering per call
         return (None if taken == list(range(len(sg.inputs))) else taken,
                 None if given == list(range(len(op_range.outputs))) else given)
+
+    def whole_executable(self) -> Any:
+        """The engine's executable when one host unit runs the whole subgraph, inputs and outputs in the
+        subgraph's order (what ``straight_run`` calls); None otherwise."""
+        if self._direct != (None, None):
+            return None
+        return getattr(self.units[0], "executable", None)
+
+    def straight_run(self) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
+        """What ``run`` comes down to when one host unit that takes numpy arrays as they are
+        (``run_arrays``: the official interpreter) runs the whole subgraph, inputs and outputs in the
+        subgraph's order: that unit's own call, for a caller that has checked the inputs' dtypes and shapes
+        (``CompiledModel``'s straight path; ``transfers`` counts the runs through ``run`` only).  None
+        otherwise."""
+        if self._direct != (None, None):
+            return None
+        return getattr(self.units[0], "run_arrays", None)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         sg = self.subgraph

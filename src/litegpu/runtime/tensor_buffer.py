@@ -201,8 +201,12 @@ class TensorBuffer:
         ``read(num_elements, dtype)`` is the official package's form: a 1-D array of the first
         ``num_elements`` values; ``dtype`` must be the buffer's (bytes are never reinterpreted).
         """
-        self.wait()
-        array = np.array(self._current(), copy=True)
+        if self.event is not None or self._pending is not None:  # a run still to deliver the data
+            self.wait()
+        array = self._array
+        if type(array) is not np.ndarray or self._closed or self._pending is not None:
+            array = self._current()  # device data, or a destroyed buffer: checked there
+        array = np.array(array, copy=True)
         if num_elements is None and output_dtype is None:
             return array
         if output_dtype is not None and np.dtype(output_dtype) != self._dtype:
@@ -248,13 +252,16 @@ class TensorBuffer:
 
     def _set_result(self, value: Any, event: Any = None) -> None:
         """Store a run's output: held as the device array, or copied into the caller's memory later."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         with self._lock:
-            shape = tuple(int(d) for d in value.shape)
+            # a numpy result (a host engine's) has its shape as a tuple of ints already
+            host = type(value) is np.ndarray
+            shape = value.shape if host else tuple(int(d) for d in value.shape)
             if self._owns_host_memory:
-                self._array, self._shape, self._dtype = value, shape, np.dtype(value.dtype)
+                self._array, self._shape, self._dtype = value, shape, value.dtype if host else np.dtype(value.dtype)
                 self._pending = None
-                self._from_run = _is_device_array(value)
+                self._from_run = not host and _is_device_array(value)
             else:
                 if shape != self._shape or np.dtype(value.dtype) != self._dtype:
                     raise TensorBufferError(
@@ -262,7 +269,7 @@ class TensorBuffer:
                         f"but the run produced {_dtype_name(value.dtype)} {list(shape)}")
                 self._pending = value
             self.event = event
-        if event is None:
+        if event is None and self._pending is not None:
             self._flush()
 
     # ---- DLPack -----------------------------------------------------------------------------
