@@ -553,6 +553,16 @@ class IreeState:
     def weight_bytes(self) -> int:
         return sum(int(v.byte_length) for v in self._weights.values())
 
+    def placement_report(self) -> Any:
+        """The weights on the IREE device as uploaded so far (at the types the programs take them), measured."""
+        from .sharding import Placement, PlacementReport
+
+        with self._lock:
+            weights = [Placement(key, tuple(int(d) for d in view.shape), np.dtype(dtype).name, int(view.byte_length),
+                                 None, f"on the IREE device ({self.device.name})")
+                       for (key, dtype), view in self._weights.items()]
+        return PlacementReport(1, weights, [sum(w.nbytes for w in weights)])
+
 
 # ---- compiled partitions --------------------------------------------------------------------------------
 
@@ -835,7 +845,17 @@ def exact_integer_kernel(sg: Subgraph, op: Operator) -> bool:
         ends = [sg.tensors[t].dtype for t in (*op.inputs[:1], *op.outputs[:1]) if t >= 0]
         if any(d in ("float32", "float16") for d in ends):
             return False
-    return integer_arithmetic(sg, op)
+    return integer_arithmetic(sg, op) and not _float_with_uint4_weights(sg, op)
+
+
+def _float_with_uint4_weights(sg: Subgraph, op: Operator) -> bool:
+    """A float op reading a circle UINT4 weight (FULLY_CONNECTED, GATHER): the weight is dequantized and the
+    product taken in float (``ops._block_weights``), no integer arithmetic."""
+    tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
+    weights = [t for t in tensors if t.dtype == "uint4"]
+    return bool(weights) and all(t.data is not None for t in weights) \
+        and all(t.dtype in ("float32", "float16", "int32", "int64", "uint4") for t in tensors) \
+        and all(sg.tensors[t].dtype == "float32" for t in op.outputs if t >= 0)
 
 
 def run_compiler(mlir: str, flags: Sequence[str], timeout_s: float) -> bytes:
@@ -956,6 +976,10 @@ class IreeEngine(Engine):
                 if reason is not None:
                     return f"calls subgraph {index}, where {inner_op} {reason}"
         return None
+
+    def states(self) -> list[IreeState]:
+        """The device states made so far (one per model)."""
+        return list(self._states.values())
 
     def state(self, host_state: Any) -> IreeState:
         """The device state over ``host_state`` (one per model: its weights uploaded once)."""

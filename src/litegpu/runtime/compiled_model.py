@@ -328,8 +328,8 @@ class CompiledModel:
             self._check_open()
             self._backend(self._signatures[0])  # creates the weights on the devices
             state = self._state
-            if hasattr(state, "state"):  # a split plan: the accelerator's weights
-                state = state.state(self._platform)
+            if hasattr(state, "state"):  # a split plan, or IREE's GPU: the accelerator's weights
+                return state.placement_report(self._platform)
             return state.placement_report()
 
     # ---- properties -------------------------------------------------------------------------

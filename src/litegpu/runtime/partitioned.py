@@ -153,6 +153,18 @@ class PartitionedModel:
         self._reference: Any = None
         self._signatures: dict[int, PartitionedSignature] = {}
 
+    def placement_report(self, platform: str) -> Any:
+        """How the accelerator's weights sit on its device: IREE's uploads where IREE runs the GPU partitions
+        (``backends.iree.IreeState``), else the XLA state's of ``platform``."""
+        engine = self.engines.get("iree") if any(p.target is Target.IREE for p in self.plan.partitions) else None
+        if engine is not None:
+            from ..backends.sharding import PlacementReport
+
+            reports = [state.placement_report() for state in engine.states()]
+            return PlacementReport(1, [w for r in reports for w in r.weights],
+                                   [sum(sum(r.measured_bytes_per_device or [0]) for r in reports)])
+        return self.state(platform).placement_report()
+
     def state(self, platform: str) -> Any:
         """Device weights and variables for one JAX platform (created on first use)."""
         if platform not in self._states:
