@@ -3,6 +3,9 @@
 #
 #     bench/gpu_checks.sh env tests       # first device call  (about 5 minutes on an H200)
 #     bench/gpu_checks.sh zoo bench       # second call, on the still-warm machine (about 6 minutes)
+#     bench/gpu_checks.sh env iree        # issue 28: the zoo through IREE on Vulkan beside XLA on CUDA and the
+#                                         # official GPU accelerator, same run (after bench/gpu_prepare.sh iree)
+#     bench/gpu_checks.sh llm             # issue 25: ~3 GB decoders, this checkout's code and .old's (see step_llm)
 #
 # Run from the repository root.  A device call lasts at most 10 minutes and a session has 15 minutes of device
 # time, machine start included, so the steps come in two calls made back to back (the machine stays warm for
@@ -12,7 +15,9 @@
 #   .whl/*.whl   wheels the machine lacks (ai-edge-litert and backports.strenum: the official interpreter is the
 #                tests' reference and the official GPU accelerator the zoo's comparison), installed to /tmp/site;
 #   .gl/*.deb    the Vulkan / EGL loaders the official GPU accelerator (WebGPU over Vulkan) needs;
-#   .gpu/models  the shared models (LITEGPU_SHARED_MODELS), .gpu/zoo a few zoo models (LITEGPU_ZOO_DIR).
+#   .gpu/models  the shared models (LITEGPU_SHARED_MODELS), .gpu/zoo a few zoo models (LITEGPU_ZOO_DIR);
+#   .gpu/iree_cache  IREE programs compiled ahead for this GPU (bench/iree_precompile.py): the machine gets IREE's
+#                runtime wheel only, so a program missing there runs on the CPU (with a warning) instead.
 # Every step runs under its own time limit (seconds, STEP_LIMIT_<step> overrides) so that one runaway step
 # cannot eat the others' time, and writes its log to $OUT/<step>.log; bench and zoo also leave their JSON there.
 set -u
@@ -21,6 +26,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 export LITEGPU_SHARED_MODELS=${LITEGPU_SHARED_MODELS:-$PWD/.gpu/models}
 export LITEGPU_ZOO_DIR=${LITEGPU_ZOO_DIR:-$PWD/.gpu/zoo}
+export LITEGPU_IREE_CACHE=${LITEGPU_IREE_CACHE:-$PWD/.gpu/iree_cache}
 export PY=${PY:-python3} OUT
 # GPU_CHECKS_ACCELERATOR=cpu rehearses the script where there is no GPU (the CPU stands in for it; small decoders)
 export ACCELERATOR=${GPU_CHECKS_ACCELERATOR:-gpu} LITEGPU_TEST_ACCELERATOR=${GPU_CHECKS_ACCELERATOR:-gpu}
@@ -118,7 +124,23 @@ step_zoo() {
     $PY bench/zoo.py run --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo.json"
 }
 
-declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [llm]=520)
+step_iree() {
+    [ -f "$LITEGPU_IREE_CACHE/vulkan_target.txt" ] && \
+        export LITEGPU_IREE_VULKAN_TARGET="$(cat "$LITEGPU_IREE_CACHE/vulkan_target.txt")"
+    # what IREE sees (its Vulkan device through NVIDIA's ICD, the target the programs were compiled for), then the
+    # zoo: official CPU, litegpu CPU, XLA on CUDA fp32 / fp16, IREE on Vulkan fp32 / fp16, the official GPU
+    $PY - <<'EOF'
+from litegpu.backends import iree
+from litegpu.backends.vulkan import vulkan_devices, vulkan_problem
+print("vulkan:", [d.describe() for d in vulkan_devices()] or vulkan_problem())
+found = iree.iree_devices()
+print("iree:", iree.missing_package() or (found and iree.compile_target(found[0]).description[:80]) or "no device")
+EOF
+    ls "$LITEGPU_IREE_CACHE" >/dev/null 2>&1 || echo "no $LITEGPU_IREE_CACHE: IREE programs cannot be compiled here"
+    $PY bench/zoo.py run --iree --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo_iree.json"
+}
+
+declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [llm]=520 [iree]=420)
 setup
 for step in "${@:-env tests zoo bench}"; do
     for s in $step; do

@@ -17,6 +17,9 @@ starting variant rotated every round:
 - JAX floor (GPU): the cheapest JAX program with the model's inputs and outputs (copy the inputs in, one
   kernel that writes outputs of the model's shapes, copy them out): what any JAX program, litegpu's or one
   written in JAX by hand, pays per call on that GPU, so litegpu's own cost per call is the difference;
+- litegpu IREE fp32 and fp16 (``--iree``): the GPU through IREE on Vulkan (``GpuOptions(engine="iree")``),
+  its programs read from the compile cache ``$LITEGPU_IREE_CACHE`` when set (``bench/iree_precompile.py``
+  fills one for a GPU machine without IREE's compiler), beside XLA on CUDA on the same GPU;
 - official GPU: ``ai_edge_litert``'s ``CompiledModel`` with ``HardwareAccelerator.GPU`` (its WebGPU
   accelerator over Vulkan; its default precision, fp16), where JAX sees a GPU and a probe in a child
   process shows it can run a model at all (it raises without a Vulkan driver, and a crash there must not
@@ -84,14 +87,17 @@ def official_runner(path: Path, inputs: list[np.ndarray], threads: int) -> tuple
 
 
 def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, precision: str,
-                   threads: int) -> tuple[Callable, dict]:
+                   threads: int, engine: str | None = None) -> tuple[Callable, dict]:
     import litegpu
 
     flags = litegpu.HardwareAccelerator.GPU if accelerator == "gpu" else litegpu.HardwareAccelerator.CPU
+    # IREE's GPU runs with GPU | CPU: ops IREE refuses (exact integer kernels) fall back to the CPU
+    flags = flags | litegpu.HardwareAccelerator.CPU if engine == "iree" else flags
     # the CPU side gets the official interpreter's thread count: on a 16-core GPU host the default (every
     # core) made litegpu's CPU column look up to 2x faster than a 2-thread XNNPACK for no reason of its own
     options = litegpu.Options(flags, cpu_options=litegpu.CpuOptions(num_threads=threads),
-                              gpu_options=litegpu.GpuOptions(precision=precision))
+                              gpu_options=litegpu.GpuOptions(precision=precision, engine=engine),
+                              serialization_dir=os.environ.get("LITEGPU_IREE_CACHE") if engine == "iree" else None)
     model = litegpu.CompiledModel.from_file(str(path), options=options)
     # The official runner feeds the model's subgraph inputs; litegpu runs signature 0, in its order.
     details = model.get_input_tensor_details(0)
@@ -111,7 +117,20 @@ def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, preci
     plan = model.plan
     info = {"fully_delegated": bool(model.is_fully_accelerated()), "backend": plan.target.value,
             "ops": plan.num_ops, "refused": [str(u) for u in plan.unsupported][:5], "inputs_by_index": len(by_index)}
+    if engine == "iree":
+        info["engines"] = plan.engine_summary()
     return run, info
+
+
+def iree_device() -> str | None:
+    """The GPU IREE runs on here (None: no IREE runtime or no Vulkan / Metal GPU)."""
+    try:
+        from litegpu.backends.iree import iree_devices
+
+        found = iree_devices(allow_software=os.environ.get("LITEGPU_IREE_SOFTWARE") == "1")
+    except ImportError:
+        return None
+    return found[0].describe() if found else None
 
 
 def jax_floor_runner(inputs: list[np.ndarray], output_shapes: list[tuple], platform: str = "gpu"
@@ -208,7 +227,7 @@ def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_runs: int,
-                official_gpu: bool = False) -> dict:
+                official_gpu: bool = False, iree: bool = False) -> dict:
     import jax
 
     from litegpu.ir import read_model
@@ -228,6 +247,9 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
         variants["litegpu_gpu_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16", threads)
         output_shapes = [tuple(model_ir.subgraphs[0].tensors[t].shape) for t in model_ir.subgraphs[0].outputs]
         variants["jax_floor_gpu"] = lambda: jax_floor_runner(inputs, output_shapes)
+    if iree:
+        variants["litegpu_iree_fp32"] = lambda: litegpu_runner(path, inputs, "gpu", "fp32", threads, "iree")
+        variants["litegpu_iree_fp16"] = lambda: litegpu_runner(path, inputs, "gpu", "fp16", threads, "iree")
     if official_gpu:
         variants["official_gpu"] = lambda: official_gpu_runner(path, inputs)
     record["gpu"] = has_gpu
@@ -310,11 +332,16 @@ def run_all(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     official_gpu_problem = official_gpu_probe() if jax_sees_gpu() else "JAX sees no GPU: not tried"
     print(f"official GPU accelerator: {official_gpu_problem or 'runs'}", flush=True)
+    iree_gpu = iree_device() if args.iree else None
+    if args.iree:
+        print(f"IREE: {iree_gpu or 'no IREE runtime or no Vulkan GPU here: not measured'}", flush=True)
     for path in files:
         cmd = [sys.executable, __file__, "one", str(path), "--threads", str(args.threads), "--seconds",
                str(args.seconds), "--min-runs", str(args.min_runs), "--max-runs", str(args.max_runs)]
         if official_gpu_problem is None:
             cmd.append("--official-gpu")
+        if iree_gpu:
+            cmd.append("--iree")
         t = time.perf_counter()
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=MODEL_TIMEOUT_S,
@@ -328,7 +355,8 @@ def run_all(args: argparse.Namespace) -> None:
         rows.append(record)
         print(summary_line(record), flush=True)
     merged = {**previous, **{r["model"]: r for r in rows}}
-    result = {"machine": {**machine(), "official_gpu": official_gpu_problem or "runs"}, "threads": args.threads,
+    result = {"machine": {**machine(), "official_gpu": official_gpu_problem or "runs",
+                          **({"iree": iree_gpu} if args.iree else {})}, "threads": args.threads,
               "wall_s": round(time.perf_counter() - started),
               "models": sorted(merged.values(), key=lambda r: r["model"])}
     args.results.write_text(json.dumps(result, indent=1) + "\n")
@@ -338,7 +366,7 @@ def run_all(args: argparse.Namespace) -> None:
 def summary_line(r: dict) -> str:
     parts = [r["model"]]
     for name in ("official_cpu", "litegpu_cpu", "litegpu_gpu_fp32", "litegpu_gpu_fp16", "jax_floor_gpu",
-                 "official_gpu"):
+                 "litegpu_iree_fp32", "litegpu_iree_fp16", "official_gpu"):
         v = r.get(name, {})
         if "median_ms" in v:
             parts.append(f"{name} {v['median_ms']:.2f} ms")
@@ -380,14 +408,20 @@ def _cell(v: dict, key: str, fmt: str) -> str:
 def markdown(result: dict) -> str:
     gpu = any(r.get("gpu") for r in result["models"])
     official_gpu = any("official_gpu" in r for r in result["models"])
+    iree = any("litegpu_iree_fp32" in r for r in result["models"])
     head = ["model", "litegpu delegation", "XNNPACK partitions", "official XNNPACK ms", "litegpu CPU ms", "ratio CPU (official / litegpu)"]
     if gpu:
         head += ["litegpu GPU fp32 ms", "litegpu GPU fp16 ms", "JAX floor ms", "ratio GPU fp32 (official CPU / litegpu)"]
+    if iree:
+        head += ["litegpu IREE fp32 ms", "litegpu IREE fp16 ms"]
     if official_gpu:
         head += ["official GPU ms (its default fp16)", "ratio GPU fp16 (official GPU / litegpu)"]
+    if official_gpu and iree:
+        head += ["ratio IREE fp16 (official GPU / litegpu IREE)"]
     head += ["S24 GPU ref ms", "runs", "litegpu first run ms", "max abs diff"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ratios: dict[str, list[float]] = {"litegpu_cpu": [], "litegpu_gpu_fp32": [], "litegpu_gpu_fp16 vs official_gpu": []}
+    ratios: dict[str, list[float]] = {"litegpu_cpu": [], "litegpu_gpu_fp32": [], "litegpu_gpu_fp16 vs official_gpu": [],
+                                      "litegpu_iree_fp16 vs official_gpu": []}
     for r in result["models"]:
         if "error" in r:
             lines.append(f"| {r['model']} | " + " | ".join(["-"] * (len(head) - 2)) + f" | {r['error'][:80]} |")
@@ -407,6 +441,10 @@ def markdown(result: dict) -> str:
                       _cell(g32, "ratio_official_over_litegpu", ".1f")]
             if "ratio_official_over_litegpu" in g32:
                 ratios["litegpu_gpu_fp32"].append(g32["ratio_official_over_litegpu"])
+        if iree:
+            i32, i16 = r.get("litegpu_iree_fp32", {}), r.get("litegpu_iree_fp16", {})
+            cells += [_cell(v, "median_ms", ".2f") if "error" not in v else "error: " + v["error"][:40]
+                      for v in (i32, i16)]
         if official_gpu:
             og, g16 = r.get("official_gpu", {}), r.get("litegpu_gpu_fp16", {})
             ratio = og["median_ms"] / g16["median_ms"] if "median_ms" in og and "median_ms" in g16 else None
@@ -414,13 +452,19 @@ def markdown(result: dict) -> str:
                       f"{ratio:.2f}" if ratio else "-"]
             if ratio:
                 ratios["litegpu_gpu_fp16 vs official_gpu"].append(ratio)
+        if official_gpu and iree:
+            og, i16 = r.get("official_gpu", {}), r.get("litegpu_iree_fp16", {})
+            ratio = og["median_ms"] / i16["median_ms"] if "median_ms" in og and "median_ms" in i16 else None
+            cells.append(f"{ratio:.2f}" if ratio else "-")
+            if ratio:
+                ratios["litegpu_iree_fp16 vs official_gpu"].append(ratio)
         cells += [str(r.get("s24_gpu_reference_ms", "-")), str(c.get("runs", o.get("runs", "-"))),
                   _cell(c, "first_run_ms", ".0f"), _cell(c, "max_abs_diff", ".1e")]
         lines.append("| " + " | ".join(cells) + " |")
     for name, values in ratios.items():
         g = _geomean(values)
         if g is not None:
-            what = "official GPU / litegpu GPU fp16" if " vs " in name else f"official / {name}"
+            what = f"official GPU / {name.split(' vs ')[0]}" if " vs " in name else f"official / {name}"
             lines.append(f"\nGeometric mean ratio {what}: **{g:.2f}** over {len(values)} models")
     return "\n".join(lines)
 
@@ -474,6 +518,7 @@ def main() -> None:
         p.add_argument("--max-runs", type=int, default=30)
         if name == "one":
             p.add_argument("--official-gpu", action="store_true", help="also the official GPU accelerator")
+        p.add_argument("--iree", action="store_true", help="also litegpu through IREE on the Vulkan GPU")
     sub.add_parser("table")
     sub.add_parser("plot")
     args = parser.parse_args()
@@ -481,7 +526,7 @@ def main() -> None:
         sys.exit(build(args.names))
     if args.command == "one":
         print(json.dumps(measure_one(args.file, args.threads, args.seconds, args.min_runs, args.max_runs,
-                                     args.official_gpu)))
+                                     args.official_gpu, args.iree)))
     elif args.command == "run":
         run_all(args)
         if args.results == RESULTS:  # the plot is of bench/zoo.json; a run written elsewhere is a side run

@@ -320,11 +320,55 @@ def test_doctor_lists_engines_and_devices(capsys):
     code, out, _ = run_cli(capsys, "doctor", "--json")
     info = json.loads(out)
     engines = {e["engine"]: e for e in info["engines"]}
-    assert code == 0 and set(engines) == {"litert", "openvino", "xla", "reference"}
+    assert code == 0 and set(engines) == {"litert", "openvino", "xla", "iree", "reference"}
     assert engines["reference"]["available"] and engines["xla"]["available"]
     assert info["devices"][0]["device"] == "CPU"
+    assert {"Vulkan", "Intel GPU"} <= {d["device"].split(" ")[0] if d["device"].startswith("Vulkan") else d["device"]
+                                       for d in info["devices"]}
+    assert info["gpu"]
     code, out, _ = run_cli(capsys, "doctor")
     assert code == 0 and "Engines" in out and "Devices" in out
+
+
+def test_doctor_lists_the_vulkan_devices_and_what_iree_does_with_them(capsys):
+    from litegpu.backends.iree import missing_package
+    from litegpu.backends.vulkan import vulkan_devices
+
+    code, out, _ = run_cli(capsys, "doctor", "--json")
+    info = json.loads(out)
+    rows = [d for d in info["devices"] if d["device"].startswith("Vulkan")]
+    (iree_row,) = [e for e in info["engines"] if e["engine"] == "iree"]
+    if not vulkan_devices():
+        assert len(rows) == 1 and rows[0]["engines"] == "-" and "mesa-vulkan-drivers" in rows[0]["install"]
+        assert not iree_row["available"] and "litegpu[vulkan]" in iree_row["install"]
+        return
+    assert [r["device"] for r in rows] == [f"Vulkan {d.index}" for d in vulkan_devices()]
+    for row, device in zip(rows, vulkan_devices()):
+        assert device.name in row["detail"]
+        if device.is_software and missing_package() is None:
+            assert 'GpuOptions(engine="iree")' in row["engines"]  # software: only when asked for by name
+    if all(d.is_software for d in vulkan_devices()):
+        assert not iree_row["available"] and "software" in iree_row["detail"]
+        assert "GPU plans run on" not in info["gpu"] or "XLA" in info["gpu"]
+
+
+def test_doctor_explains_intel_gpus_from_the_pci_bus(tmp_path):
+    """No Intel GPU on the test machines: the detection is checked on a made-up sysfs tree, and on this machine's
+    own (whose answer must agree with what OpenVINO sees)."""
+    from litegpu.backends.openvino import IntelGpuReport, intel_gpu_report, intel_gpus_on_pci
+
+    for name, vendor, kind in (("0000:00:02.0", "0x8086", "0x030000"), ("0000:00:1f.3", "0x8086", "0x040300"),
+                               ("0000:01:00.0", "0x10de", "0x030200")):
+        (tmp_path / name).mkdir()
+        for field, value in (("vendor", vendor), ("device", "0x46a6"), ("class", kind)):
+            (tmp_path / name / field).write_text(value + "\n")
+    assert intel_gpus_on_pci(str(tmp_path)) == ["0000:00:02.0 (device 0x46a6)"]  # not the audio device, not NVIDIA
+    assert "intel-opencl-icd" in IntelGpuReport(("0000:00:02.0 (device 0x46a6)",), ()).explain()
+    assert "sees GPU.0" in IntelGpuReport(("x",), ("GPU.0: Intel Arc",)).explain()
+    assert intel_gpus_on_pci(str(tmp_path / "missing")) == []
+    report = intel_gpu_report()
+    if not report.hardware:
+        assert report.explain().startswith("no Intel GPU") or report.openvino
 
 
 def test_doctor_says_how_to_add_a_missing_engine(capsys, monkeypatch):

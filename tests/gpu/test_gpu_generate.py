@@ -11,11 +11,16 @@ import numpy as np
 import pytest
 
 import litegpu
-from gpu_support import compiled, on_real_gpu, require_accelerator
+from gpu_support import compiled, on_iree, on_real_gpu, require_accelerator
 from oracle import load_bench_module
 
 pytestmark = pytest.mark.gpu
 require_accelerator()
+if on_iree():
+    # what this module checks (the device loop, weights as stored, the layers looped) is XLA's GPU programs;
+    # generation through IREE, token by token, is checked by tests/backends/test_iree.py
+    pytest.skip("issue 25's GPU programs are XLA's; through IREE see tests/backends/test_iree.py",
+                allow_module_level=True)
 
 dm = load_bench_module("decoder_model")
 LITERT_TORCH = Path(__file__).resolve().parents[1] / "heldout" / "litert_torch"

@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_support import compiled, is_image_classifier, load_test_module, require_accelerator
+from gpu_support import (compiled, iree_keeps_on_cpu, iree_lavapipe_wrong, is_image_classifier, load_test_module,
+                         marked, require_accelerator)
 
 pytestmark = pytest.mark.gpu
 require_accelerator()
@@ -112,6 +113,7 @@ def test_shared_float_model_on_gpu(shared_models, name, precision):
 
 
 @pytest.mark.slow
+@marked(iree_keeps_on_cpu("microwakeword_okay_nabu", "integer"))
 def test_microwakeword_int8_streaming_on_gpu_is_bit_exact(shared_models):
     """Resource variables live on the GPU between calls; integer kernels: bit-equal to the builtin kernels."""
     path = shared_models / "microwakeword_okay_nabu.tflite"
@@ -137,6 +139,9 @@ def heldout_params():
             marks = [pytest.mark.slow] if name in heldout.SLOW_TO_COMPILE else []
             if precision == "fp16" and name in KNOWN_FP16_FAILURES:
                 marks.append(pytest.mark.xfail(reason=KNOWN_FP16_FAILURES[name], strict=True))
+            meta, _ = heldout.load(name)
+            marks += iree_keeps_on_cpu(name, "integer" if quantized(meta) else "float")
+            marks += iree_lavapipe_wrong("models", name, precision)
             yield pytest.param(name, precision, id=f"{precision}-{name}", marks=marks)
 
 

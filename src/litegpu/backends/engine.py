@@ -75,6 +75,10 @@ class Engine(abc.ABC):
         """One line for ``litegpu doctor``: version and devices, or why it is missing."""
         return self.name
 
+    def unavailable_reason(self) -> str:
+        """Why ``available()`` is False here, for ``litegpu doctor``."""
+        return "installed, but it cannot run here"
+
     def forget(self, model: Model) -> None:
         """Drop what was compiled for ``model`` while planning, when the plan gave it to another engine."""
 
@@ -93,7 +97,7 @@ class XlaCpuEngine(Engine):
             return False
 
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        return _op_reasons(model, subgraph, op_indices, self.target)
+        return op_reasons(model, subgraph, op_indices, self.target)
 
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None, state: Any = None) -> Executable:
@@ -123,7 +127,7 @@ class ReferenceEngine(Engine):
         return True
 
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        return _op_reasons(model, subgraph, op_indices, self.target)
+        return op_reasons(model, subgraph, op_indices, self.target)
 
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> Executable:
@@ -147,7 +151,7 @@ class _ReferenceExecutable(Executable):
         return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])
 
 
-def _op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
+def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
     from ..errors import UnsupportedOpError
     from ..ops import lookup
 
@@ -307,7 +311,7 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
 
 
 def engine(name: str) -> Engine:
-    """The engine called ``name`` ("litert", "openvino", "xla", "reference")."""
+    """The engine called ``name`` ("litert", "openvino", "xla", "iree", "reference")."""
     if name not in ENGINES:
         from ..errors import InvalidArgumentError
 
@@ -327,8 +331,14 @@ def _litert() -> Engine:
     return LiteRtEngine()
 
 
-ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "reference": ReferenceEngine}
+def _iree() -> Engine:
+    from .iree import IreeEngine
+
+    return IreeEngine()
+
+
+ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "iree": _iree, "reference": ReferenceEngine}
 
 __all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "ReferenceEngine",
            "SUB_BYTE_DTYPES", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest", "integer_arithmetic",
-           "is_weight_dequantize", "physical_cores", "sample_inputs"]
+           "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]

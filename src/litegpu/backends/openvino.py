@@ -24,6 +24,7 @@ DYNAMIC_UPDATE_SLICE, NMS, fused LSTM) and has no LiteRT API, so litegpu hands i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import logging
@@ -477,4 +478,70 @@ class _Compiled:
             return [np.array(self.request.get_tensor(port).data, copy=True) for port in self.outputs]
 
 
-__all__ = ["MAX_OPENVINO_WEIGHT_BYTES", "OpenVinoEngine", "OpenVinoExecutable", "openvino_version", "policy_reason"]
+# ---- Intel GPUs -------------------------------------------------------------------------------------------
+# OpenVINO's wheel carries a GPU plugin for Intel GPUs; it runs where Intel's OpenCL runtime (the "compute
+# runtime", Debian/Ubuntu package intel-opencl-icd) is installed.  litegpu does not run it yet: ``litegpu
+# doctor`` says whether this machine has an Intel GPU, whether OpenVINO sees it, and what is missing.
+
+INTEL_PCI_VENDOR = 0x8086
+PCI_DEVICES = "/sys/bus/pci/devices"
+
+
+@dataclasses.dataclass(frozen=True)
+class IntelGpuReport:
+    """The Intel GPUs of this machine as the PCI bus and Vulkan list them, and those OpenVINO's GPU plugin sees."""
+
+    hardware: tuple[str, ...]
+    openvino: tuple[str, ...]
+
+    def explain(self) -> str:
+        if not self.hardware and not self.openvino:
+            return "no Intel GPU on this machine: OpenVINO's GPU plugin has nothing to run on"
+        if self.openvino:
+            return f"OpenVINO's GPU plugin sees {', '.join(self.openvino)} (not used by litegpu's plans yet)"
+        return (f"Intel GPU found ({', '.join(self.hardware)}), but OpenVINO's GPU plugin does not see it: it needs "
+                "Intel's OpenCL runtime (Debian/Ubuntu: apt-get install intel-opencl-icd; or Intel's compute-runtime "
+                "release) and read access to /dev/dri")
+
+
+def intel_gpus_on_pci(root: str = PCI_DEVICES) -> list[str]:
+    """Intel display controllers on the PCI bus (Linux sysfs): "0000:00:02.0 (device 0x46a6)"."""
+    found = []
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:  # not Linux, or no sysfs
+        return []
+    for entry in entries:
+        vendor, device, kind = (_read_hex(os.path.join(root, entry, name)) for name in ("vendor", "device", "class"))
+        if vendor == INTEL_PCI_VENDOR and kind is not None and kind >> 16 == 0x03:  # PCI class 0x03: display
+            found.append(f"{entry} (device 0x{device or 0:04x})")
+    return found
+
+
+def _read_hex(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def openvino_gpu_devices() -> list[str]:
+    """OpenVINO's GPU devices with their names ("GPU.0: Intel(R) Arc(TM) A770 Graphics")."""
+    try:
+        core = _core()
+        return [f"{d}: {core.get_property(d, 'FULL_DEVICE_NAME')}" for d in core.available_devices
+                if d.startswith("GPU")]
+    except Exception:  # noqa: BLE001  (no OpenVINO, or its GPU plugin cannot start: it sees no GPU)
+        return []
+
+
+def intel_gpu_report(pci_root: str = PCI_DEVICES) -> IntelGpuReport:
+    from .vulkan import INTEL_VENDOR_ID, vulkan_devices
+
+    hardware = intel_gpus_on_pci(pci_root) or [d.name for d in vulkan_devices() if d.vendor_id == INTEL_VENDOR_ID]
+    return IntelGpuReport(tuple(hardware), tuple(openvino_gpu_devices()))
+
+
+__all__ = ["IntelGpuReport", "MAX_OPENVINO_WEIGHT_BYTES", "OpenVinoEngine", "OpenVinoExecutable", "intel_gpu_report",
+           "intel_gpus_on_pci", "openvino_gpu_devices", "openvino_version", "policy_reason"]

@@ -1347,3 +1347,14 @@ class XlaBackend:
 
     def reset_variables(self) -> None:
         self.variables = {}
+
+
+def export_program(backend: XlaBackend, params: dict, variables: dict, inputs: Sequence[Any]) -> Any:
+    """The program of ``backend`` as versioned StableHLO (``jax.export``), for engines that compile StableHLO
+    themselves (``backends.iree``).  ``params``, ``variables`` and ``inputs`` give the shapes and dtypes
+    (``jax.ShapeDtypeStruct``) of its three arguments, the weights and variables included as arguments rather
+    than constants; ``Exported.in_tree`` and ``module_kept_var_idx`` say which flattened arguments the module
+    takes.  Lowered with the CPU's lowering rules (portable StableHLO, no CUDA custom calls); the op rules are
+    the backend's own (``backend.target``)."""
+    jax = backend.jax
+    return jax.export.export(jax.jit(backend._trace), platforms=["cpu"])(params, variables, list(inputs))

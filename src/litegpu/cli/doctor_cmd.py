@@ -15,8 +15,13 @@ ENGINE_ROLES = {
     "xla": ("GPU (CUDA, ROCm) and CPU: every op, exact TFLite integer kernels, state, control flow",
             'pip install jax  (GPU: pip install "litegpu[cuda12]" or "litegpu[cuda13]" for NVIDIA, '
             'jax[rocm] for AMD)'),
+    "iree": ("GPU without CUDA or ROCm: Vulkan (Intel, AMD, NVIDIA, Arm GPUs) and Metal (Apple GPUs), the ops "
+             "XLA's GPU runs", 'pip install "litegpu[vulkan]", and a Vulkan driver (Debian/Ubuntu: '
+             'mesa-vulkan-drivers for Intel and AMD; NVIDIA\'s driver has its own)'),
     "reference": ("CPU: numpy interpreter, exact and slow; ops no other engine runs", "numpy (always present)"),
 }
+VULKAN_INSTALL = ('a Vulkan driver (Debian/Ubuntu: apt-get install mesa-vulkan-drivers: Intel, AMD, and the software '
+                  'lavapipe; NVIDIA: its driver\'s Vulkan ICD) and pip install "litegpu[vulkan]"')
 
 
 def engine_report() -> list[dict[str, Any]]:
@@ -29,7 +34,7 @@ def engine_report() -> list[dict[str, Any]]:
         try:
             found = engine(name)
             row["available"] = bool(found.available())
-            row["detail"] = found.describe() if row["available"] else "installed, but it cannot run here"
+            row["detail"] = found.describe() if row["available"] else found.unavailable_reason()
         except Exception as e:  # not installed, or broken: say how to fix it
             row["available"] = False
             row["detail"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}" if str(e) else type(e).__name__
@@ -55,12 +60,70 @@ def device_report() -> list[dict[str, Any]]:
     if not gpus:
         rows.append({"device": "GPU", "detail": "none visible to JAX", "engines": "-",
                      "install": 'NVIDIA: pip install "litegpu[cuda12]" (or [cuda13], matching the driver); '
-                                'AMD: pip install "jax[rocm]" (JAX\'s ROCm build); Intel GPUs are not supported yet'})
+                                'AMD: pip install "jax[rocm]" (JAX\'s ROCm build); any GPU with a Vulkan driver: '
+                                'IREE (see the Vulkan rows)'})
+    rows.extend(vulkan_rows(jax_gpu=bool(gpus)))
+    rows.append(intel_gpu_row())
     return rows
 
 
+def vulkan_rows(jax_gpu: bool) -> list[dict[str, Any]]:
+    """One row per Vulkan device (and Metal on a Mac): what IREE would do with it."""
+    from ..backends.iree import iree_devices, missing_package
+    from ..backends.vulkan import vulkan_devices, vulkan_problem
+
+    missing = missing_package()
+    devices = vulkan_devices()
+    usable = [] if missing else iree_devices(allow_software=False)
+    first = usable[0].vulkan if usable and usable[0].vulkan is not None else None
+    rows = []
+    for d in devices:
+        if missing:
+            engines = f"- ({missing})"
+        elif not d.vulkan_1_2:
+            engines = "- (IREE needs Vulkan 1.2)"
+        elif d.is_software:
+            engines = 'iree when asked by name: GpuOptions(engine="iree") (software: the CPU, for tests)'
+        elif jax_gpu:
+            engines = 'iree by name (GpuOptions(engine="iree")); GPU plans use XLA, which sees a GPU'
+        else:
+            engines = "iree: GPU plans run here" if d is first else "iree (not used: GPU plans take the first " \
+                                                                 "device, discrete before integrated)"
+        rows.append({"device": f"Vulkan {d.index}", "detail": d.describe(), "engines": engines})
+    for m in (x for x in usable if x.api == "metal"):
+        rows.append({"device": "Metal", "detail": m.describe(), "engines": "iree (untested: see the README)"})
+    if not rows:
+        rows.append({"device": "Vulkan", "detail": vulkan_problem() or "no Vulkan device", "engines": "-",
+                     "install": VULKAN_INSTALL})
+    return rows
+
+
+def intel_gpu_row() -> dict[str, Any]:
+    from ..backends.openvino import intel_gpu_report
+
+    try:
+        report = intel_gpu_report()
+    except Exception as e:  # noqa: BLE001  (OpenVINO missing or broken: say so)
+        return {"device": "Intel GPU", "detail": f"{type(e).__name__}: {e}", "engines": "-"}
+    return {"device": "Intel GPU", "detail": report.explain(),
+            "engines": "openvino GPU plugin" if report.openvino else ("iree (Vulkan)" if report.hardware else "-")}
+
+
+def gpu_plan_summary(devices: list[dict[str, Any]]) -> str:
+    """Where ``HardwareAccelerator.GPU`` runs on this machine."""
+    if any(r["device"].startswith("GPU ") for r in devices):
+        return "GPU plans run on XLA (the GPU JAX sees)"
+    from ..backends.iree import iree_devices, missing_package
+
+    usable = [] if missing_package() else iree_devices(allow_software=False)
+    if usable:
+        return f"GPU plans run on IREE ({usable[0].api}: {usable[0].name})"
+    return "no GPU: GPU | CPU plans run on the CPU (with a warning), GPU alone is an error"
+
+
 def run(args: Any) -> int:
-    info = {"engines": engine_report(), "devices": device_report()}
+    devices = device_report()
+    info = {"engines": engine_report(), "devices": devices, "gpu": gpu_plan_summary(devices)}
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -78,8 +141,9 @@ def run(args: Any) -> int:
     for col in ("device", "detail", "engines", "how to add it"):
         table.add_column(col, overflow="fold")
     for r in info["devices"]:
-        table.add_row(r["device"], escape(r["detail"]), r["engines"], escape(r.get("install", "")))
+        table.add_row(r["device"], escape(r["detail"]), escape(r["engines"]), escape(r.get("install", "")))
     out.print(table)
+    out.print(escape(info["gpu"]))
     return 0
 
 

@@ -211,7 +211,9 @@ def accelerator_flags(spec: str) -> int:
     return int(GPU | CPU) if "gpu" in names else int(CPU)
 
 
-def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
+def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> dict:
+    """The delegation plan; ``gpu_engine`` "iree" plans the GPU's partitions for IREE (Vulkan, Metal) on the
+    model as it runs there (a quantized model's float view), as ``CompiledModel`` does: no device needed."""
     from ..backends.engine import EngineSettings, fast_cpu_engines
     from ..compile import plan_model
     from ..compile.circle_lowering import lowerable
@@ -219,7 +221,14 @@ def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast") -> dict:
     # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
     engines = fast_cpu_engines(EngineSettings(), model.tflite_file) \
         if cpu_kernels == "fast" else None
-    planned = plan_model(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines,
+    engine = None
+    if gpu_engine == "iree" and flags & 2:
+        from ..backends.iree import IreeEngine
+        from ..compile.float_view import float_view
+        from ..compile.rewrites import rewrite_for_xla
+
+        engine, model = IreeEngine(), float_view(rewrite_for_xla(model))
+    planned = plan_model(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines, gpu_engine=engine,
                          lowered_engines=lambda: fast_cpu_engines(EngineSettings()))
     lowered = lowerable(model) if planned.lowered else []
     p, model = planned.plan, planned.model  # the partitions index the lowered model where circle ops were lowered
@@ -328,7 +337,7 @@ def run(args: Any) -> int:
         model = model_from_raw(decode_model(args.file))
         info: dict = {"file": str(args.file)}
         if args.accelerator:
-            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator), args.kernel_mode)
+            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator), args.kernel_mode, args.gpu_engine)
         if args.mobile_gpu:
             info["mobile_gpu"] = mobile_gpu_summary(model)
         if args.devices:
@@ -360,6 +369,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kernel-mode", choices=("fast", "builtin", "reference"), default="fast",
                    help="CPU kernels for the plan: fast (OpenVINO where it converts the ops, XLA for the rest; the "
                         "default), builtin (the exact TFLite kernels on XLA) or reference (numpy)")
+    p.add_argument("--gpu-engine", choices=("xla", "iree"), default="xla",
+                   help="the engine of the GPU's partitions in the plan: xla (CUDA, ROCm; the default) or iree "
+                        "(Vulkan and Metal GPUs: what GpuOptions(engine=\"iree\") plans, a quantized model as its "
+                        "float view)")
     p.add_argument("--devices", type=int, metavar="N",
                    help="print how the weights would be split over N devices (Options(devices=N)): each weight's "
                         "axis or why it is replicated, and the estimated bytes per device (no device needed)")

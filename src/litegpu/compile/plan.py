@@ -51,9 +51,10 @@ class Accelerator(enum.IntFlag):
 
 
 CPU, GPU, NPU = Accelerator.CPU, Accelerator.GPU, Accelerator.NPU
-ENGINE_TITLES = {"xla": "XLA", "openvino": "OpenVINO", "litert": "LiteRT (XNNPACK)", "reference": "the numpy reference"}
+ENGINE_TITLES = {"xla": "XLA", "openvino": "OpenVINO", "litert": "LiteRT (XNNPACK)", "iree": "IREE",
+                 "reference": "the numpy reference"}
 ENGINE_NAMES = {Target.XLA_GPU: "xla", Target.XLA_CPU: "xla", Target.OPENVINO: "openvino", Target.LITERT: "litert",
-                Target.REFERENCE: "reference"}
+                Target.IREE: "iree", Target.REFERENCE: "reference"}
 _NAMES = {CPU: "CPU", GPU: "GPU", NPU: "NPU"}
 # Ops that read or write resource variables: their state lives in one backend, so such models stay whole.
 _VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
@@ -93,7 +94,7 @@ class Partition:
     """
 
     accelerator: Accelerator
-    target: Target              # XLA_GPU, XLA_CPU, OPENVINO, LITERT or REFERENCE
+    target: Target              # XLA_GPU, IREE, XLA_CPU, OPENVINO, LITERT or REFERENCE
     subgraph_index: int
     op_indices: tuple[int, ...]
     reasons: tuple[UnsupportedOp, ...] = ()
@@ -111,7 +112,7 @@ class Partition:
 
     @property
     def engine(self) -> str:
-        """The engine that runs it: "xla", "openvino" or "reference"."""
+        """The engine that runs it: "xla", "iree", "openvino", "litert" or "reference"."""
         return ENGINE_NAMES[self.target]
 
     def op_range(self):  # -> backends.graph.OpRange (imported lazily: compile sits above backends)
@@ -168,11 +169,14 @@ class DelegationPlan:
         return [p for p in self.partitions if p.subgraph_index == subgraph]
 
     def summary(self) -> str:
-        """The LiteRT delegate's line, with the engines that run the CPU's share."""
+        """The LiteRT delegate's line, with the engines that run the CPU's share, and the GPU's where it is not
+        XLA ("on the GPU (IREE)")."""
         gpu, cpu = self.ops_on("GPU"), self.ops_on("CPU")
         engines = self.ops_per_engine("CPU")
         detail = f" ({', '.join(f'{n} on {ENGINE_TITLES[e]}' for e, n in engines.items())})" if cpu else ""
-        return f"{gpu} operations will run on the GPU, and the remaining {cpu} on the CPU{detail}"
+        gpu_engines = [ENGINE_TITLES[e] for e in self.ops_per_engine("GPU") if e != "xla"]
+        where = f"the GPU ({', '.join(gpu_engines)})" if gpu_engines else "the GPU"
+        return f"{gpu} operations will run on {where}, and the remaining {cpu} on the CPU{detail}"
 
     def ops_per_engine(self, device: str | None = None) -> dict[str, int]:
         """Engine name -> how many ops it runs (on ``device`` only, when given)."""
@@ -385,9 +389,10 @@ def _uses_variables(model: Model) -> bool:
         t.is_variable for sg in model.subgraphs for t in sg.tensors)
 
 
-def _split(model: Model, flags: int) -> DelegationPlan:
+def _split(model: Model, flags: int, gpu_engine: object | None = None) -> DelegationPlan:
     """GPU where each op allows it, CPU for the rest; raises if an op runs nowhere."""
     support = _Support(model)
+    gpu_target = _gpu_target(gpu_engine)
     partitions: list[Partition] = []
     refused: list[UnsupportedOp] = []
     nowhere: list[UnsupportedOp] = []
@@ -399,9 +404,10 @@ def _split(model: Model, flags: int) -> DelegationPlan:
         side: dict[int, Accelerator] = {}
         cpu_ok: dict[int, set[Target]] = {}
         why: dict[int, UnsupportedOp] = {}
+        engine_refused = gpu_engine.unsupported(model, index, order) if gpu_engine is not None else {}
         for i in order:
             op = sg.operators[i]
-            reason = support.op_reason(sg, op, Target.XLA_GPU)
+            reason = support.op_reason(sg, op, Target.XLA_GPU) or engine_refused.get(i)
             if reason is None:
                 side[i] = GPU
                 continue
@@ -415,15 +421,33 @@ def _split(model: Model, flags: int) -> DelegationPlan:
         parts = []
         for run in _runs(_schedule(sg, order, side), side.__getitem__):
             if side[run[0]] == GPU:
-                parts.append((GPU, Target.XLA_GPU, run, ()))
+                parts.append((GPU, gpu_target, run, ()))
                 continue
             for target, ops in _cpu_targets(run, cpu_ok) if not nowhere else [(Target.REFERENCE, run)]:
                 parts.append((CPU, target, ops, tuple(why[i] for i in ops)))
         partitions.extend(_with_edges(sg, parts))
     if nowhere:
         raise UnsupportedOpError(_refusal_message(model, "CPU", nowhere))
-    return DelegationPlan(flags, "GPU", Target.XLA_GPU, tuple(partitions), tuple(refused), num_ops,
+    return DelegationPlan(flags, "GPU", gpu_target, tuple(partitions), tuple(refused), num_ops,
                           boundaries=tuple(_boundaries(model, partitions)))
+
+
+def _gpu_target(gpu_engine: object | None) -> Target:
+    """The target of GPU partitions: XLA's, or the GPU engine's (``backends.iree``)."""
+    return Target.XLA_GPU if gpu_engine is None else gpu_engine.target
+
+
+def _gpu_refusals(model: Model, gpu_engine: object | None) -> list[UnsupportedOp]:
+    """The ops the GPU refuses: XLA's GPU rules, and the GPU engine's own where the GPU is not XLA's."""
+    found = _refusals(model, Target.XLA_GPU)
+    if gpu_engine is None:
+        return found
+    known = {(u.subgraph, u.op_index) for u in found}
+    for sg in model.subgraphs:
+        for i, reason in sorted(gpu_engine.unsupported(model, sg.index, range(len(sg.operators))).items()):
+            if (sg.index, i) not in known:
+                found.append(UnsupportedOp(sg.index, i, sg.operators[i].opcode_name, reason))
+    return found
 
 
 def _whole_model(model: Model, accelerator: Accelerator, target: Target) -> tuple[Partition, ...]:
@@ -463,7 +487,7 @@ def warn_fallbacks(plan: DelegationPlan, stacklevel: int = 2) -> None:
 # ---- the plan -------------------------------------------------------------------------------
 
 def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
-         engines: dict | None = None, stacklevel: int = 2) -> DelegationPlan:
+         engines: dict | None = None, gpu_engine: object | None = None, stacklevel: int = 2) -> DelegationPlan:
     """Decide where ``model`` runs for the requested accelerator flags, without touching a device.
 
     ``cpu_kernels`` picks the CPU engines (``CpuOptions.kernel_mode``): "fast" gives each op OpenVINO
@@ -472,7 +496,8 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     With "fast", a whole model goes to the official interpreter (``backends.litert``) where that is faster
     (``_litert_is_faster``).  ``engines`` passes the engine objects to use by name (holding the model's
     compile cache; ``backends.engine.fast_cpu_engines``); None: OpenVINO if installed, not the official
-    interpreter (planning then times nothing).
+    interpreter (planning then times nothing).  ``gpu_engine``: the engine of the GPU partitions when it is
+    not XLA (``backends.iree.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
 
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
@@ -487,26 +512,27 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
                                           "(HardwareAccelerator.NPU | HardwareAccelerator.CPU falls back to CPU)")
     notes: list[str] = []
     if flags & GPU:
-        gpu_refused = _refusals(model, Target.XLA_GPU)
+        gpu_target = _gpu_target(gpu_engine)
+        gpu_refused = _gpu_refusals(model, gpu_engine)
         if not gpu_refused:
-            return DelegationPlan(flags, "GPU", Target.XLA_GPU, _whole_model(model, GPU, Target.XLA_GPU),
+            return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target),
                                   num_ops=_count(model))
         if not flags & CPU:
             raise UnsupportedOpError(_refusal_message(model, "GPU", gpu_refused)
                                      + "\nadd HardwareAccelerator.CPU to run the model on the CPU instead")
         if not _uses_variables(model):
-            split = _split(model, flags)
+            split = _split(model, flags, gpu_engine)
             if split.unsupported:
                 if warn:
                     warn_fallbacks(split, stacklevel=stacklevel)
                 return split
-            return DelegationPlan(flags, "GPU", Target.XLA_GPU, _whole_model(model, GPU, Target.XLA_GPU),
+            return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target),
                                   num_ops=split.num_ops)
         notes.append(f"{_refusal_message(model, 'GPU', gpu_refused)}\nthe model has resource variables, so it is "
                      "kept whole on the CPU rather than split between GPU and CPU")
     whole = _cpu_plan(model, flags, cpu_kernels, engines)
     result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
-                            tuple(_refusals(model, Target.XLA_GPU)) if flags & GPU else (), whole.num_ops,
+                            tuple(_gpu_refusals(model, gpu_engine)) if flags & GPU else (), whole.num_ops,
                             tuple(notes) + whole.notes)
     if warn:
         for note in result.notes:
@@ -531,7 +557,8 @@ LOWERED_CACHE_KEY = {"circle_ops": "lowered to TFLite builtins (compile.circle_l
 
 
 def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
-               engines: dict | None = None, lowered_engines: Any = None) -> PlannedModel:
+               engines: dict | None = None, lowered_engines: Any = None,
+               gpu_engine: object | None = None) -> PlannedModel:
     """``plan``, and on the fast CPU path for a model with circle-only ops that have builtin lowerings
     (``compile.circle_lowering``): the lowered model planned too, kept where the official interpreter or OpenVINO
     then runs any of it (else XLA runs the original, exact ops whole, as before).  ``lowered_engines()`` makes the
@@ -555,8 +582,8 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
             for engine in twin.values():
                 engine.forget(lowered)
     # warnings name plan_model's caller, as plan's name its own
-    return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines, stacklevel=3), model,
-                        engines)
+    return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines,
+                             gpu_engine=gpu_engine, stacklevel=3), model, engines)
 
 
 def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict,

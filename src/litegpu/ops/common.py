@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -103,6 +106,22 @@ def unpack_sub_byte(xp: Any, packed: Any, bits: int, signed: bool) -> Any:
     return (values.astype(xp.int8) ^ sign) - sign
 
 
+# ``computed_once`` and ``tie_to`` steer XLA's scheduler.  An engine that compiles litegpu's StableHLO with
+# another compiler (IREE) traces without them (``without_xla_steering``): that compiler needs no steering, and
+# IREE 3.13 never finished compiling the integer division that ``computed_once`` makes of an int64 tensor.
+_XLA_STEERING = contextvars.ContextVar("litegpu_xla_steering", default=True)
+
+
+@contextlib.contextmanager
+def without_xla_steering() -> Iterator[None]:
+    """Trace ops without the hints meant for XLA's scheduler (``computed_once``, ``tie_to`` are then identities)."""
+    token = _XLA_STEERING.set(False)
+    try:
+        yield
+    finally:
+        _XLA_STEERING.reset(token)
+
+
 def opaque_zero(xp: Any, lax: Any, x: Any) -> Any:
     """A float32 -0.0 that XLA computes from the first element of ``x`` and cannot fold away, so
     what reads it runs after ``x`` exists.  y + (-0.0) == y for every float y (-0.0 and NaN
@@ -120,7 +139,7 @@ def computed_once(xp: Any, lax: Any, x: Any) -> Any:
     XLA CPU fuses a matrix-vector product whose matrix is converted (int8 weights widened) into
     one loop and pulls the cheap ops that make the vector into it too, recomputing them for every
     output element (5x slower decode steps measured); a division is an op it does not duplicate."""
-    if x.size == 0:
+    if x.size == 0 or not _XLA_STEERING.get():
         return x
     one = (xp.float32(1) - opaque_zero(xp, lax, x)).astype(x.dtype)
     return lax.div(x, one)
@@ -131,7 +150,7 @@ def tie_to(xp: Any, lax: Any, value: Any, zero: Any) -> Any:
     ``opaque_zero``, or None for no tie) was made from: XLA schedules values that depend only on
     parameters (weights converted from float16, int8, int4) at the program's start, all at once.
     Floats are tied through their bits, since XLA CPU flushes subnormals in float arithmetic."""
-    if zero is None:
+    if zero is None or not _XLA_STEERING.get():
         return value
     if value.dtype == xp.bool_:
         return lax.bitwise_or(value, zero != 0)

@@ -40,6 +40,7 @@ class Target(enum.Enum):
     XLA_GPU = "xla_gpu"
     OPENVINO = "openvino"
     LITERT = "litert"  # the official interpreter (XNNPACK), given whole models: ``backends.litert``
+    IREE = "iree"      # GPU partitions compiled by IREE for Vulkan / Metal (``backends.iree``), traced with XLA_GPU's rules
 
     @property
     def is_xla(self) -> bool:

@@ -213,20 +213,32 @@ class CompiledModel:
                                               "HardwareAccelerator.CPU")
         wanted = flags & (CPU | GPU)
         reasons = ["litegpu has no NPU backend"] if flags & NPU else []
-        if wanted & GPU and "gpu" not in self._environment.platforms():
-            if not wanted & CPU:
-                raise AcceleratorUnavailableError(
-                    f"{self._ir.source}: HardwareAccelerator.GPU was requested, but JAX sees no GPU on this machine "
-                    f"(platforms: {', '.join(sorted(self._environment.platforms()))}); use "
-                    "HardwareAccelerator.GPU | HardwareAccelerator.CPU to fall back to the CPU")
-            wanted = CPU
-            reasons.append("JAX sees no GPU on this machine")
+        self._gpu_engine = None
+        if wanted & GPU:
+            self._gpu_engine, missing = self._find_gpu_engine()
+            if missing is not None:
+                if not wanted & CPU:
+                    raise AcceleratorUnavailableError(
+                        f"{self._ir.source}: HardwareAccelerator.GPU was requested, but {missing} "
+                        f"(JAX platforms: {', '.join(sorted(self._environment.platforms()))}); use "
+                        "HardwareAccelerator.GPU | HardwareAccelerator.CPU to fall back to the CPU")
+                wanted = CPU
+                reasons.append(missing)
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
         self._cpu_engines = self._engines()
-        planned = plan_model(self._xla_ir, wanted, warn=not reasons, cpu_kernels=self._cpu_kernels(wanted),
-                             engines=self._cpu_engines,
+        planned = plan_model(self._gpu_planned_ir(), wanted, warn=not reasons,
+                             cpu_kernels=self._cpu_kernels(wanted), engines=self._cpu_engines,
+                             gpu_engine=self._gpu_engine,
                              lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
+        if self._gpu_engine is not None and planned.plan.target is not Target.IREE:
+            # kept on the CPU after all (refused ops in a model with variables): the CPU's exact kernels, not the
+            # GPU's float view, which the plan was made on
+            self._gpu_engine = None
+            self._cpu_engines = self._engines()
+            planned = plan_model(self._xla_ir, CPU, warn=False, cpu_kernels=self._cpu_kernels(CPU),
+                                 engines=self._cpu_engines,
+                                 lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
         chosen, self._planned_ir, self._cpu_engines = planned.plan, planned.model, planned.engines
         if planned.lowered and self._cache is not None:  # its partitions index the lowered model's ops
             self._cache_key = {**self._cache_key, **LOWERED_CACHE_KEY}
@@ -234,7 +246,39 @@ class CompiledModel:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
             warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU{notes}", stacklevel=4)
-        return ("gpu" if chosen.target is Target.XLA_GPU else "cpu"), chosen
+        return ("gpu" if chosen.target in (Target.XLA_GPU, Target.IREE) else "cpu"), chosen
+
+    def _find_gpu_engine(self) -> tuple[Any, str | None]:
+        """(the GPU's engine: None for XLA, else an ``IreeEngine``; why there is no GPU, or None).  XLA where JAX
+        sees a GPU (CUDA, ROCm), IREE where only a Vulkan or Metal GPU is present; ``GpuOptions.engine`` names one
+        (IREE by name may take a software Vulkan device)."""
+        asked = self._options.gpu_options.engine
+        jax_gpu = "gpu" in self._environment.platforms()
+        if asked == "xla" or (asked is None and jax_gpu):
+            return None, None if jax_gpu else "JAX sees no GPU on this machine"
+        from ..backends.iree import IreeEngine, no_device_reason
+
+        engine = IreeEngine(self._gpu_engine_settings(), allow_software=asked == "iree", cache=self._cache,
+                            cache_key=self._cache_key)
+        if engine.available():
+            return engine, None
+        why = f"IREE has no GPU to run on ({no_device_reason(engine.allow_software)})"
+        return None, why if asked == "iree" else f"JAX sees no GPU on this machine and {why}"
+
+    def _gpu_engine_settings(self) -> Any:
+        from ..backends.engine import EngineSettings
+
+        return EngineSettings(precision=self._options.precision)
+
+    def _gpu_planned_ir(self) -> ir.Model:
+        """The model the plan is made on: on IREE's GPU the model as it runs there (a quantized model's float
+        view, ``GpuOptions.quantized_execution``), else what XLA compiles.  (A plan that then stays on the CPU is
+        made and run on ``_xla_ir``.)"""
+        if self._gpu_engine is None:
+            return self._xla_ir
+        from ..compile.float_view import model_for_platform
+
+        return model_for_platform(self._xla_ir, "gpu", self._options.gpu_options.quantized_execution)
 
     def _cpu_kernels(self, wanted: int) -> str:
         """The CPU kernel mode; weights split over several CPU devices take XLA's kernels (OpenVINO runs
@@ -284,8 +328,8 @@ class CompiledModel:
             self._check_open()
             self._backend(self._signatures[0])  # creates the weights on the devices
             state = self._state
-            if hasattr(state, "state"):  # a split plan: the accelerator's weights
-                state = state.state(self._platform)
+            if hasattr(state, "state"):  # a split plan, or IREE's GPU: the accelerator's weights
+                return state.placement_report(self._platform)
             return state.placement_report()
 
     # ---- properties -------------------------------------------------------------------------
@@ -536,8 +580,10 @@ class CompiledModel:
         from ..backends.engine import fast_cpu_engines
 
         key = self._cache_key if cache_key is None else cache_key
+        # the whole file only where the partitions run the file as it is (not IREE's float view of it)
+        whole_file = self._xla_ir is self._ir and cache_key is None and getattr(self, "_gpu_engine", None) is None
         found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, key,
-                                 whole_file=self._xla_ir is self._ir and cache_key is None)
+                                 whole_file=whole_file)
         allowed = self._options.cpu_options.engines
         return found if allowed is None else {name: e for name, e in found.items() if name in allowed}
 
@@ -550,7 +596,7 @@ class CompiledModel:
                               exact_integers=cpu.quantized_execution == "exact")
 
     def _make_backend(self, subgraph: int) -> Any:
-        if self._plan.is_split or self._plan.target in (Target.OPENVINO, Target.LITERT):
+        if self._plan.is_split or self._plan.target in (Target.OPENVINO, Target.LITERT, Target.IREE):
             return self._partitioned().signature(subgraph)
         if self._plan.target is Target.REFERENCE:
             if self._reference is None:
@@ -588,10 +634,13 @@ class CompiledModel:
         if self._state is None:
             from .partitioned import PartitionedModel
 
+            engines = dict(self._cpu_engines)
+            if self._gpu_engine is not None:
+                engines[self._gpu_engine.name] = self._gpu_engine
             self._state = PartitionedModel(self._planned_ir, self._plan, precision=self._options.precision,
                                            device=self._environment.device, cache=self._cache,
                                            cache_key=self._cache_key, engine_settings=self._engine_settings(),
-                                           engines=self._cpu_engines,
+                                           engines=engines,
                                            devices={self._platform: self._devices} if self._devices else None)
         return self._state
 

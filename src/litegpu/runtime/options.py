@@ -14,7 +14,8 @@ from ..errors import CacheError, InvalidArgumentError
 
 
 class HardwareAccelerator(enum.IntFlag):
-    """Where a model may run; combine with ``|``.  GPU is the accelerator JAX sees (CUDA, ROCm).
+    """Where a model may run; combine with ``|``.  GPU is the accelerator JAX sees (CUDA, ROCm), or else a
+    Vulkan or Metal GPU through IREE (``GpuOptions.engine``).
 
     ``GPU | CPU`` runs on the CPU, with a warning, where there is no GPU;
     ``GPU`` alone raises ``AcceleratorUnavailableError`` there.  litegpu has
@@ -47,6 +48,9 @@ _KERNELS = {CpuKernelMode.XNNPACK: "fast", CpuKernelMode.BUILTIN: "builtin", Cpu
 
 # The engines the fast CPU path may choose from besides XLA (CpuOptions.engines).
 FAST_ENGINES = ("litert", "openvino")
+# The engines that run GPU partitions (GpuOptions.engine): XLA where JAX sees the GPU (CUDA, ROCm), IREE for
+# Vulkan and Metal GPUs.
+GPU_ENGINES = ("xla", "iree")
 
 
 @dataclasses.dataclass
@@ -118,8 +122,10 @@ class GpuOptions:
     ``serialization_dir`` enables XLA's persistent compilation cache there; ``model_token`` names the model
     in that cache.  ``quantized_execution`` is how quantized models run on the GPU: "float" (default, as the
     LiteRT GPU delegate: in float with fake quantization, see ``litegpu.compile.float_view``) or "integer"
-    (the exact integer kernels, bit-equal to the CPU).  The other fields exist for compatibility and change
-    nothing here.
+    (the exact integer kernels, bit-equal to the CPU).  ``engine`` picks the GPU engine: None (default) is XLA
+    where JAX sees a GPU (CUDA, ROCm) and IREE where only a Vulkan or Metal GPU is present; "xla" or "iree" asks
+    for one by name ("iree" also takes a software Vulkan device such as Mesa's lavapipe, never chosen
+    otherwise).  The other fields exist for compatibility and change nothing here.
     """
 
     precision: str = "fp32"
@@ -132,10 +138,14 @@ class GpuOptions:
     allow_src_quantized_fc_conv_ops: bool = False
     hint_waiting_for_completion: bool = False
     quantized_execution: str = "float"
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         precision_policy(self.precision)  # validates
         check_quantized_execution(self.quantized_execution)
+        if self.engine is not None and self.engine not in GPU_ENGINES:
+            raise InvalidArgumentError(f"GpuOptions.engine must be None or one of {', '.join(GPU_ENGINES)}, got "
+                                       f"{self.engine!r}")
         if self.enforce_f32:
             self.precision = "fp32"
 
@@ -224,5 +234,5 @@ def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator
     return Options(HardwareAccelerator.CPU if hardware_accel is None else hardware_accel)
 
 
-__all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options", "PRECISIONS",
-           "check_model_token", "resolve_options"]
+__all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GPU_ENGINES", "GpuOptions", "HardwareAccelerator", "Options",
+           "PRECISIONS", "check_model_token", "resolve_options"]

@@ -4,7 +4,9 @@ A partition on an XLA target is one ``jax.jit`` program over its op range
 (``XlaBackend`` with ``op_range``), compiled per input shape like a whole
 model; an OPENVINO partition is a sub-model compiled by OpenVINO
 (``backends.openvino``); a LITERT partition is run by the official interpreter
-(``backends.litert``: an entry subgraph, or a part of one as a sub-model); a REFERENCE partition runs its ops with the numpy kernels.  Between
+(``backends.litert``: an entry subgraph, or a part of one as a sub-model); an IREE partition is compiled by IREE for a
+Vulkan or Metal GPU (``backends.iree``; the same lowering as XLA's GPU partitions, over the host weights of the
+CPU state, uploaded once); a REFERENCE partition runs its ops with the numpy kernels.  Between
 partitions, a tensor is placed on the next partition's device (``device_put``,
 or a host copy for numpy) the first time a partition there needs it, and that
 placed copy is reused by every later partition on the same device in the run.
@@ -35,6 +37,7 @@ from .tensor_buffer import _is_device_array
 
 DEFAULT_PLATFORMS = {GPU: "gpu", CPU: "cpu"}
 HOST = "host"
+IREE = "iree"  # where IREE partitions run: its device, which IREE's executables place data on themselves
 
 
 class _ReferenceUnit:
@@ -59,9 +62,12 @@ class _XlaUnit:
 
 class _OpenVinoUnit:
     """An OpenVINO partition that hands itself to the exact kernels, with a warning, the first time OpenVINO
-    cannot compile it (its shape inference refuses some graphs TFLite accepts, or a new input shape)."""
+    cannot compile it (its shape inference refuses some graphs TFLite accepts, or a new input shape).  IREE's
+    partitions do the same (``_IreeUnit``): an op IREE cannot compile sends its partition to the CPU."""
 
     where = HOST
+    name = "openvino"
+    instead = "the exact kernels"
 
     def __init__(self, executable: Any, exact: Callable[[], Any]):
         self.executable, self._exact = executable, exact
@@ -70,10 +76,10 @@ class _OpenVinoUnit:
 
     @property
     def engine(self) -> str:
-        return "openvino" if self.fallback is None else getattr(self.fallback, "engine", "xla")
+        return self.name if self.fallback is None else getattr(self.fallback, "engine", "xla")
 
     def fall_back(self, error: Exception) -> None:
-        warnings.warn(f"{error}; this partition runs on the exact kernels instead", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{error}; this partition runs on {self.instead} instead", RuntimeWarning, stacklevel=3)
         self.fallback = self._exact()
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
@@ -91,6 +97,15 @@ class _OpenVinoUnit:
             except EngineCompileError as e:
                 self.fall_back(e)
         return None
+
+
+class _IreeUnit(_OpenVinoUnit):
+    """An IREE partition on a Vulkan or Metal GPU; one that IREE cannot compile runs on the CPU instead, with a
+    warning naming IREE's error (the planner refuses what is known not to compile; this catches the rest)."""
+
+    where = IREE
+    name = "iree"
+    instead = "the CPU"
 
 
 class _LiteRtUnit:
@@ -138,6 +153,18 @@ class PartitionedModel:
         self._reference: Any = None
         self._signatures: dict[int, PartitionedSignature] = {}
 
+    def placement_report(self, platform: str) -> Any:
+        """How the accelerator's weights sit on its device: IREE's uploads where IREE runs the GPU partitions
+        (``backends.iree.IreeState``), else the XLA state's of ``platform``."""
+        engine = self.engines.get("iree") if any(p.target is Target.IREE for p in self.plan.partitions) else None
+        if engine is not None:
+            from ..backends.sharding import PlacementReport
+
+            reports = [state.placement_report() for state in engine.states()]
+            return PlacementReport(1, [w for r in reports for w in r.weights],
+                                   [sum(sum(r.measured_bytes_per_device or [0]) for r in reports)])
+        return self.state(platform).placement_report()
+
     def state(self, platform: str) -> Any:
         """Device weights and variables for one JAX platform (created on first use)."""
         if platform not in self._states:
@@ -163,6 +190,8 @@ class PartitionedModel:
             return self._openvino_unit(partition)
         if partition.target is Target.LITERT:
             return self._litert_unit(partition)
+        if partition.target is Target.IREE:
+            return self._iree_unit(partition)
         from ..backends.xla import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
@@ -188,6 +217,22 @@ class PartitionedModel:
         except EngineCompileError as e:
             unit.fall_back(e)
         return unit
+
+    def _iree_unit(self, partition: Partition) -> Any:
+        """The partition on IREE's GPU, traced over the host weights of the CPU state (shared with the CPU's XLA
+        partitions; IREE uploads them to its device once).  Compiled at its first run, once per input shapes."""
+        from ..backends.iree import IreeEngine
+
+        engine = self.engines.get("iree") or self.engines.setdefault(
+            "iree", IreeEngine(dataclasses.replace(self.engine_settings, precision=self.precision or "fp32")))
+        executable = engine.compile(self.model, partition.op_range(), engine.settings, self.cache, self.cache_key,
+                                    host_state=self.state("cpu"))
+        return _IreeUnit(executable, lambda: self._gpu_ops_on_the_cpu(partition))
+
+    def _gpu_ops_on_the_cpu(self, partition: Partition) -> Any:
+        """What runs a GPU partition that IREE cannot compile: the same program (the GPU's op rules) on XLA's
+        CPU."""
+        return self.unit(dataclasses.replace(partition, accelerator=CPU, target=Target.XLA_GPU))
 
     def _litert_unit(self, partition: Partition) -> Any:
         """The partition on the official interpreter: an entry subgraph on the model's one interpreter, a part of
@@ -227,6 +272,8 @@ class PartitionedModel:
             state.variables = dict(value)
         if "litert" in self.engines:
             self.engines["litert"].reset_variables()
+        if "iree" in self.engines:
+            self.engines["iree"].reset_variables()
         if self._reference is not None:
             self._reference.variables.clear()
 
@@ -306,8 +353,11 @@ class PartitionedSignature:
         if key not in placed:
             value = values[t]
             if where == HOST:
-                self.transfers += _is_device_array(value)
+                self.transfers += _on_a_device(value)
                 placed[key] = np.asarray(value)
+            elif where == IREE:  # IREE's executable keeps its own arrays on its device and uploads the rest
+                self.transfers += not _is_iree_array(value)
+                placed[key] = value if _is_iree_array(value) else np.asarray(value)
             else:
                 from ..backends.xla import jax_module
 
@@ -343,3 +393,12 @@ class PartitionedSignature:
 
     def reset_variables(self) -> None:
         self.owner.variables = {}
+
+
+def _is_iree_array(value: Any) -> bool:
+    """A result left on IREE's device (``backends.iree.IreeArray``), without importing IREE when nobody has."""
+    return type(value).__name__ == "IreeArray" and type(value).__module__.endswith("backends.iree")
+
+
+def _on_a_device(value: Any) -> bool:
+    return _is_device_array(value) or _is_iree_array(value)

@@ -28,6 +28,12 @@ def _is_device_array(value: Any) -> bool:
     return type(value).__module__.startswith("jax") and hasattr(value, "block_until_ready")
 
 
+def _is_engine_device_array(value: Any) -> bool:
+    """A run's output that an engine other than JAX keeps on its device (``backends.iree.IreeArray``: Vulkan
+    or Metal memory); such an array says so itself, and reads back through ``__array__``."""
+    return getattr(type(value), "litegpu_device_array", False) is True
+
+
 def _dtype_name(dtype: Any) -> str:
     return np.dtype(dtype).name
 
@@ -124,12 +130,13 @@ class TensorBuffer:
     @property
     def is_on_device(self) -> bool:
         """True when the data is a device array (a run's output), not host memory."""
-        return _is_device_array(self._current())
+        array = self._current()
+        return _is_device_array(array) or _is_engine_device_array(array)
 
     @property
     def device(self) -> Any:
         array = self._current()
-        return next(iter(array.devices())) if _is_device_array(array) else "cpu"
+        return next(iter(array.devices())) if _is_device_array(array) or _is_engine_device_array(array) else "cpu"
 
     def get_tensor_details(self) -> dict[str, Any]:
         return {"dtype": _dtype_name(self._dtype), "shape": list(self._shape)}
