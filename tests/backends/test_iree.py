@@ -137,6 +137,13 @@ def test_a_conservative_target_without_subgroup_operations_is_tried_second():
     assert len(iree.compile_target(iree.IreeDevice("vulkan", "x", False, True, True, plain)).attempts()) == 1
 
 
+def test_vulkan_programs_record_their_command_buffers_per_call():
+    """No memoized command buffers with indirect bindings on Vulkan: IREE 3.13's driver ran them on stale buffers."""
+    device = iree.IreeDevice("vulkan", "Intel(R) Arc(tm) A770 Graphics", False, True, True, fake_vulkan("Arc", 0x8086))
+    for target in iree.compile_target(device).attempts():
+        assert "--iree-hal-indirect-command-buffers=false" in target.flags
+
+
 def test_the_target_can_be_forced_by_environment(monkeypatch):
     device = fake_vulkan("NVIDIA GeForce RTX 4090", 0x10DE)
     gpu = iree.IreeDevice("vulkan", device.name, False, True, True, device)
@@ -330,6 +337,23 @@ def test_fp16_stores_and_computes_in_half_precision():
     got = model.run({"x": x})["y"]
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, affine(x)[0], rtol=2e-3, atol=2e-3)
+
+
+def test_two_models_generate_the_same_tokens_every_time():
+    """IREE's memoized command buffers (recorded once, replayed with indirect bindings) ran on buffers freed since on
+    IREE 3.13's Vulkan driver: after a first model had generated, a second one's second generation prefilled with
+    its first tokens overwritten by the program's own [0, input_pos, 0] index (``compile_target`` turns them off)."""
+    vulkan_device()
+    from oracle import load_bench_module
+
+    dm = load_bench_module("decoder_model")
+    config = dm.DecoderConfig(weights="float16", layers=2, width=64, heads=4, vocab=128, max_len=40, prefill_len=8)
+    prompt = [3, 1, 4, 1, 5]
+    expected = lg.generate(lg.CompiledModel.from_model(dm.build_decoder(config), options=lg.Options(CPU)), prompt, 20)
+    first, second = (lg.CompiledModel.from_model(dm.build_decoder(config), options=lg.Options(
+        GPU | CPU, gpu_options=lg.GpuOptions(engine="iree"))) for _ in range(2))
+    got = [lg.generate(model, prompt, 20, chunk_tokens=0) for model in (first, first, second, second, first)]
+    assert got == [expected] * len(got)
 
 
 def test_the_vmfb_is_kept_in_the_compile_cache(tmp_path, monkeypatch):

@@ -282,6 +282,12 @@ def compile_target(device: IreeDevice) -> CompileTarget:
     vk = device.vulkan
     assert vk is not None
     f64 = ("--iree-input-demote-f64-to-f32=false",) if device.float64 else ()
+    # No command buffers recorded once and replayed with indirect bindings (IREE's memoization): IREE 3.13's
+    # Vulkan driver, which cannot reuse command buffers natively (iree-org/iree#18121), then ran a later call's
+    # dispatches on buffers freed since: after another model's program had run, a prefill wrote its
+    # ``[0, input_pos, 0]`` index into the memory of its own tokens input (wrong tokens from the second
+    # generation on).  Recorded per call, they bind the call's own buffers.
+    common += ("--iree-hal-indirect-command-buffers=false",)
     chosen = os.environ.get(TARGET_ENV, "").strip() or "device"
     if chosen == "named":
         chosen = named_vulkan_target(vk) or "device"
