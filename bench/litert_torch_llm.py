@@ -1,6 +1,10 @@
 """Export a tiny SmolLM-architecture decoder with litert-torch's generative API, in every weight format.
 
     /work/torchenv/bin/python bench/litert_torch_llm.py OUT_DIR [FORMAT ...] [--mask-as-input] [--transposed-kv] [--prefill=8,32] [--layers=N]
+        [--real=VOCAB] [--kv=N] [--scale=S]
+
+``--real=VOCAB`` exports SmolLM-135M's own widths (feed-forward 1536) with VOCAB tokens as ``smollm_real_*``,
+``--kv`` the KV cache length (default 64), ``--scale`` multiplies every weight after the seeded init (sharp logits).
 
 FORMAT is one of the converter's ``quantize`` values (litert-torch 0.10, ``converter.QuantizationName``):
 ``none`` (float32), ``fp16``, ``dynamic_int8``, ``weight_only_int8``, ``dynamic_int4_block32``,
