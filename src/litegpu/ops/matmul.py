@@ -742,7 +742,7 @@ class BatchMatMul(Op):
         if ctx.input(0).dtype != "float32" or ctx.input(1).dtype != "float32":
             return self._quantized(ctx.xp, ctx, x, y)
         x, y = _batch_matmul_operands(ctx, x, y)
-        if ctx.target is Target.XLA_CPU:  # the CPU's exact kernels: the official arithmetic (_in_depth_order)
+        if ctx.official_float_order:  # the CPU's builtin kernels asked for: their arithmetic (_in_depth_order)
             return _in_depth_order(ctx.xp, ctx.lax, x, y)
         return ctx.xp.matmul(x, y, precision=ctx.lax.Precision.HIGHEST)
 

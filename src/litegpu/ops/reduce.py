@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import fixedpoint as fp
-from .registry import Op, OpContext, Target, register
+from .registry import Op, OpContext, register
 from .shape import normalize_axis, output_dtype, static_ints
 
 
@@ -169,7 +169,7 @@ class Mean(_MeanOrSum):
             total = xp.sum(x, axis=axes, keepdims=True, dtype=np.int64)
             q = xp.abs(total) // count
             return (xp.sign(total) * q).astype(x.dtype)
-        if ctx.target is Target.XLA_GPU or x.dtype != np.float32 or count == 0:
+        if not ctx.official_float_order or x.dtype != np.float32 or count == 0:
             return (xp.sum(x, axis=axes, keepdims=True, dtype=np.float32) / np.float32(count)).astype(x.dtype)
         # correctly rounded, as C divides (XLA CPU would multiply by the reciprocal)
         return fp.divide_f32_exactly(xp, _official_float_mean(ctx, x, axes), np.float32(count))

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _quantized as qz
 from . import fixedpoint as fp
-from .registry import Op, OpContext, Target, register
+from .registry import Op, OpContext, register
 
 FLOATS = ("float32", "float16")
 
@@ -207,7 +207,7 @@ class Rsqrt(_QuantizedUnary):
     def lower(self, ctx, x):
         if self.is_integer(ctx):
             return super().lower(ctx, x)
-        if ctx.target is Target.XLA_CPU and x.dtype == np.float32:
+        if ctx.official_float_order and x.dtype == np.float32:
             # The official kernel's 1.f / std::sqrt(f), each step correctly rounded.  XLA's rsqrt is an ulp off
             # now and then; RMSNorm's RSQRT feeds the hybrid FULLY_CONNECTEDs of quantized LLMs, whose int8 row
             # quantization turns that ulp into a quantization step (6 % of a 576-wide SmolLM's logits, int4).
