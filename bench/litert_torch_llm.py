@@ -1,6 +1,10 @@
 """Export a tiny SmolLM-architecture decoder with litert-torch's generative API, in every weight format.
 
     /work/torchenv/bin/python bench/litert_torch_llm.py OUT_DIR [FORMAT ...] [--mask-as-input] [--transposed-kv] [--prefill=8,32] [--layers=N]
+        [--real=VOCAB] [--kv=N] [--scale=S]
+
+``--real=VOCAB`` exports SmolLM-135M's own widths (feed-forward 1536) with VOCAB tokens as ``smollm_real_*``,
+``--kv`` the KV cache length (default 64), ``--scale`` multiplies every weight after the seeded init (sharp logits).
 
 FORMAT is one of the converter's ``quantize`` values (litert-torch 0.10, ``converter.QuantizationName``):
 ``none`` (float32), ``fp16``, ``dynamic_int8``, ``weight_only_int8``, ``dynamic_int4_block32``,
@@ -50,17 +54,24 @@ def _schema_without_tensorflow() -> None:
 
 
 LAYERS = 2  # SmolLM's fake config; ``--layers=N`` changes it (deeper exports: the layer loop of backends/layer_scan.py)
+# ``--real=VOCAB``: SmolLM-135M's own widths (feed-forward 1536) with VOCAB tokens, in place of the fake config's
+# feed-forward 64 and vocabulary 128: the widths where the hybrid kernels' row quantization and blocks matter.
+REAL_VOCAB = 0
 
 
 def _config(quantize):
     from litert_torch.generative.examples.smollm import smollm
     config = smollm.get_fake_model_config()
+    if REAL_VOCAB:
+        config = smollm.get_model_config()
+        config.vocab_size = REAL_VOCAB
     config.num_layers = LAYERS
     if quantize in WIDE_BLOCKS:
         config.embedding_dim = 512
         config.block_config(0).attn_config.num_heads = 8
         config.block_config(0).attn_config.num_query_groups = 2
-        config.block_config(0).ff_config.intermediate_size = 256
+        if not REAL_VOCAB:  # 1536 is a multiple of 256 already
+            config.block_config(0).ff_config.intermediate_size = 256
     return config
 
 
@@ -92,8 +103,14 @@ def main(argv: list[str]) -> int:
 
     mask_as_input, transposed = "--mask-as-input" in argv, "--transposed-kv" in argv
     prefill = next((a.split("=", 1)[1] for a in argv if a.startswith("--prefill=")), "8,32")
-    global LAYERS
+    global LAYERS, REAL_VOCAB
     LAYERS = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--layers=")), LAYERS))
+    REAL_VOCAB = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--real=")), 0))
+    kv_length = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--kv=")), 64))
+    # ``--scale=S`` multiplies every weight by S after the seeded init: random weights of the default init give
+    # nearly flat logits, where greedy tokens are rounding ties; scaled up, logits are sharp
+    weight_scale = float(next((a.split("=", 1)[1] for a in argv if a.startswith("--scale=")), 1))
+    prefix = "smollm_real" if REAL_VOCAB else "smollm_tiny"
     prefill_lengths = [int(n) for n in prefill.split(",")]
     args = [a for a in argv if not a.startswith("--")]
     out_dir, formats = args[0], args[1:] or FLAG_FORMATS + SCHEME_FORMATS
@@ -108,11 +125,15 @@ def main(argv: list[str]) -> int:
     for quantize in formats:
         torch.manual_seed(0)
         config = _config(quantize)
-        model = smollm.SmolLM(config, mask_cache_size=0 if mask_as_input else 64).eval()
-        written = converter.convert_to_tflite(model, output_path=out_dir, output_name_prefix="smollm_tiny",
-                                              prefill_seq_len=prefill_lengths, kv_cache_max_len=64, quantize=quantize,
-                                              config=config, export_config=export_config)
-        final = os.path.join(out_dir, f"smollm_tiny_{quantize}{variant}.tflite")
+        model = smollm.SmolLM(config, mask_cache_size=0 if mask_as_input else kv_length).eval()
+        if weight_scale != 1:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.mul_(weight_scale)
+        written = converter.convert_to_tflite(model, output_path=out_dir, output_name_prefix=prefix,
+                                              prefill_seq_len=prefill_lengths, kv_cache_max_len=kv_length,
+                                              quantize=quantize, config=config, export_config=export_config)
+        final = os.path.join(out_dir, f"{prefix}_{quantize}{variant}.tflite")
         os.replace(written, final)
         print("exported", quantize, final, os.path.getsize(final), "bytes", flush=True)
     return 0

@@ -43,6 +43,14 @@ def run_ours(model: Model, inputs: Sequence[np.ndarray], xla: bool) -> list[np.n
     return ReferenceBackend(model).run(list(inputs))
 
 
+def run_ours_builtin(model: Model, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """XLA on the CPU as ``CpuKernelMode.BUILTIN`` runs it: float ops in the builtin kernels' order too."""
+    from litegpu.backends.xla import XlaBackend, XlaState, device_for
+
+    state = XlaState(model, device_for("cpu"), official_float_order=True)
+    return [np.asarray(y) for y in XlaBackend(model, state=state).run(list(inputs))]
+
+
 def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, what: str) -> None:
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != official {expected.shape}"

@@ -105,3 +105,48 @@ def test_generate_gives_the_official_greedy_tokens(name, prompt_length):
     got = litegpu.generate(model, prompt, 8)
     assert got == official_greedy(name, prompt, 8)
     assert list(litegpu.generate_stream(model, prompt, 8)) == got
+
+
+# SmolLM-135M's own widths (576 wide, 9 heads in 3 query groups, feed-forward 1536), 2 layers, vocabulary 1024,
+# weights scaled 4x so that logits are sharp, KV cache of 256 (README here).  At these widths an ulp in a float
+# op before a hybrid FULLY_CONNECTED moves its int8-quantized input row by a whole step now and then, and the
+# model carries that to the logits: this fixture was 1.4 % (prefill KV cache) and 3 % (decode logits) off the
+# builtin kernels before BATCH_MATMUL, MEAN and RSQRT followed the official arithmetic order.
+REAL_WIDTH = "smollm_real_int4_block32"
+
+
+def _real_width_steps(steps=8):
+    """(official, litegpu BUILTIN) outputs of prefill_32 then ``steps`` greedy decode steps, litegpu fed the
+    official cache and token at every step (so each step measures the kernels, not accumulated drift)."""
+    interp = official(REAL_WIDTH)
+    model = litegpu.CompiledModel.from_file(str(MODELS / f"{REAL_WIDTH}.tflite"), options=EXACT)
+    decode = interp.get_signature_runner("decode")
+    kv = {k: np.zeros(v["shape"], v["dtype"]) for k, v in decode.get_input_details().items() if k.startswith("kv")}
+    tokens = np.random.default_rng(0).integers(1, 1024, (1, 32)).astype(np.int32)
+    feed = dict(tokens=tokens, input_pos=np.arange(32, dtype=np.int32), **kv)
+    pairs = [(interp.get_signature_runner("prefill_32")(**feed), model.run(feed, signature_key="prefill_32"))]
+    token = int(tokens[0, -1])
+    for step in range(steps):
+        kv = {k: v for k, v in pairs[-1][0].items() if k.startswith("kv")}
+        feed = dict(tokens=np.array([[token]], np.int32), input_pos=np.array([32 + step], np.int32), **kv)
+        pairs.append((decode(**feed), model.run(feed, signature_key="decode")))
+        token = int(np.argmax(pairs[-1][0]["logits"]))
+    return pairs
+
+
+@pytest.mark.slow
+def test_real_width_greedy_tokens_and_caches_match_the_official_kernels():
+    pairs = _real_width_steps()
+    for k, want in pairs[0][0].items():  # the prefill's KV cache
+        assert np.abs(pairs[0][1][k] - want).max() <= 1e-4 * np.abs(want).max(), k
+    for want, got in pairs[1:]:
+        assert int(np.argmax(got["logits"])) == int(np.argmax(want["logits"]))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="float LOGISTIC (the gated feed-forward's SiLU) is an ulp off the builtin "
+                   "kernel's Eigen approximation in about half the elements; at decode step 7 that flips an int8 "
+                   "step of the hybrid w2 projection: logits 1.1e-2 off (BENCHMARKS.md)")
+def test_real_width_decode_logits_within_1e_4_of_the_official_kernels():
+    for want, got in _real_width_steps()[1:]:
+        assert np.abs(got["logits"] - want["logits"]).max() <= 1e-4 * np.abs(want["logits"]).max()

@@ -139,3 +139,26 @@ def test_batch_matmul_rejects_mismatched_contraction():
     b.output(out)
     with pytest.raises(LiteGpuError, match="BATCH_MATMUL.*contracted"):
         ReferenceBackend(b.build()).run([np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)])
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [
+    ((9, 1, 64), (9, 64, 256)),    # SmolLM decode: Q.K^T over a 256-position cache
+    ((9, 1, 256), (9, 256, 64)),   # and P.V
+    ((9, 32, 64), (9, 64, 256)),   # prefill_32
+    ((2, 3, 1024), (2, 1024, 40)),
+])
+def test_float_batch_matmul_is_bit_exact(x_shape, y_shape):
+    """The builtin float kernel sums over the depth in order, each product rounded (no fused multiply-add): the
+    attention products of quantized LLMs feed hybrid FULLY_CONNECTEDs, whose int8 row quantization turns an ulp
+    into a quantization step, so both the reference and the XLA CPU kernel must give its bits."""
+    from oracle import run_official, run_ours, run_ours_builtin
+    from litegpu.ir.save import to_bytes
+    model = batch_matmul_model(x_shape, y_shape, False, False)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=x_shape).astype(np.float32), rng.normal(size=y_shape).astype(np.float32)
+    want = run_official(to_bytes(model), [x, y])[0]
+    for name, got in (("reference", run_ours(model, [x, y], False)[0]),
+                      ("xla builtin", run_ours_builtin(model, [x, y])[0])):
+        assert np.array_equal(got, want), (name, int((got != want).sum()))
+    fast = run_ours(model, [x, y], True)[0]  # XLA's own order elsewhere: an ulp or so away
+    np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

@@ -132,3 +132,26 @@ def test_topk(shape, k, dtype):
 def test_topk_distinct_floats():
     x = np.random.default_rng(2).permutation(40).astype(np.float32).reshape(4, 10) - 20
     check("TOPK_V2", [x, const(4)], [((4, 4), "float32"), ((4, 4), "int32")])
+
+
+@pytest.mark.parametrize("shape,axes", [
+    ((1, 1, 576), [2]),      # one output: a sequential sum (SmolLM's RMSNorm in a decode step)
+    ((1, 32, 576), [-1]),    # last axis, several outputs: Eigen's 4-wide, two-accumulator column sums
+    ((3, 7, 37), [-1]),      # rows starting off 16-byte boundaries: each row's packets start elsewhere
+    ((2, 5, 3), [-1]),       # rows shorter than a packet
+    ((2, 5, 7, 9), [1, 2]),  # other axes: reference_ops::Mean, sequential in row-major order
+    ((4, 8, 6), [1]),
+])
+def test_float_mean_is_bit_exact(shape, axes):
+    """MEAN feeds RMSNorm / LayerNorm, and through them int8 row quantization: it must give the builtin bits."""
+    from oracle import run_official, run_ours, run_ours_builtin
+    from litegpu.ir.save import to_bytes
+    x = (np.random.default_rng(0).normal(size=shape) ** 2 * 30).astype(np.float32)
+    out = tuple(1 if i in [a % len(shape) for a in axes] else d for i, d in enumerate(shape))
+    model, _ = one_op("MEAN", [x, const(axes)], [(out, "float32")], keep_dims=True)
+    want = run_official(to_bytes(model), [x])[0]
+    for name, got in (("reference", run_ours(model, [x], False)[0]),
+                      ("xla builtin", run_ours_builtin(model, [x])[0])):
+        assert np.array_equal(got, want), (name, int((got != want).sum()))
+    fast = run_ours(model, [x], True)[0]  # XLA's own order elsewhere: an ulp or so away
+    np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

@@ -450,3 +450,20 @@ def test_eight_threads_hundred_runs_each_every_output_correct(conv_bytes, mode):
     for t in threads:
         t.join()
     assert not failures, failures[:5]
+
+
+def test_builtin_kernels_sum_float_ops_in_the_official_order_and_the_fast_path_does_not():
+    """CpuKernelMode.BUILTIN gives the builtin kernels' float bits (MEAN over 576 values: Eigen's packet order),
+    cached apart from the fast path's programs; the fast path keeps XLA's own, faster order."""
+    from oracle import const, one_op_model, run_official
+    from litegpu.ir.save import to_bytes
+
+    x = (np.random.default_rng(3).normal(size=(1, 32, 576)) ** 2 * 30).astype(np.float32)
+    model, _ = one_op_model("MEAN", [x, const([-1])], [((1, 32, 1), "float32")], keep_dims=True)
+    want = run_official(to_bytes(model), [x])[0]
+    builtin = lg.CompiledModel.from_model(model, options=XLA_CPU)
+    assert np.array_equal(list(builtin.run([x]).values())[0], want)
+    assert builtin._state.official_float_order
+    plain = lg.CompiledModel.from_model(model, HA.CPU)
+    assert not plain._official_float_order
+    np.testing.assert_allclose(list(plain.run([x]).values())[0], want, rtol=1e-6)

@@ -312,6 +312,11 @@ class _XlaRunner(_PolicyRunner):
         self.given_stacks: dict = {}   # template tensor -> per-block inputs already stacked (``trace_stacked``)
         self.final_stacks: dict | None = None  # filled with the stacks as the blocks left them
 
+    @property
+    def official_float_order(self) -> bool:
+        """Read by the ops (``OpContext.official_float_order``)."""
+        return self.state.official_float_order
+
     def _param(self, sg: Subgraph, index: int) -> Any:
         if index in self._block_weights:
             return self._block_weights[index]
@@ -505,7 +510,11 @@ class XlaState:
     """Device-resident weights and resource variables of one model on one device."""
 
     def __init__(self, model: Model, device: Any, storage: np.dtype = np.dtype(np.float32),
-                 devices: Sequence[Any] | None = None, platform: str | None = None):
+                 devices: Sequence[Any] | None = None, platform: str | None = None,
+                 official_float_order: bool = False):
+        # float kernels in the builtin kernels' order, bit for bit (``OpContext.official_float_order``): where
+        # the CPU's builtin kernels were asked for, at some cost in speed
+        self.official_float_order = official_float_order
         # With several devices the big matrix weights are split over them (see backends.sharding).
         self.mesh = None
         self.placements: dict[str, Any] = {}  # params key -> sharding.Placement (several devices only)

@@ -169,7 +169,90 @@ class Mean(_MeanOrSum):
             total = xp.sum(x, axis=axes, keepdims=True, dtype=np.int64)
             q = xp.abs(total) // count
             return (xp.sign(total) * q).astype(x.dtype)
-        return (xp.sum(x, axis=axes, keepdims=True, dtype=np.float32) / np.float32(count)).astype(x.dtype)
+        if not ctx.official_float_order or x.dtype != np.float32 or count == 0:
+            return (xp.sum(x, axis=axes, keepdims=True, dtype=np.float32) / np.float32(count)).astype(x.dtype)
+        # correctly rounded, as C divides (XLA CPU would multiply by the reciprocal)
+        return fp.divide_f32_exactly(xp, _official_float_mean(ctx, x, axes), np.float32(count))
+
+
+# The official float MEAN sums in one of two orders (measured bit for bit against the builtin kernels): over the
+# last axis alone with more than one output, Eigen's column sum (optimized_ops::MeanGeneral, "MeanLastDim"):
+# 4-wide SSE packets from the first 16-byte aligned element, two packet accumulators, reduced (a0+a2)+(a1+a3),
+# the unaligned head and the tail added one by one after; otherwise (one output, other axes) reference_ops::Mean,
+# a sequential sum in row-major order.  Other orders are an ulp or so away, which alone is harmless; but RMSNorm's
+# MEAN feeds hybrid FULLY_CONNECTEDs whose int8 row quantization turns an ulp into a whole quantization step now
+# and then (a 576-wide SmolLM, dynamic_int4_block32: 9 % of the largest logit at one decode step).
+EIGEN_PACKET = 4
+ALIGNMENT_ELEMENTS = 4  # 16 bytes of float32; tensors start 64-byte aligned in the official arena
+
+
+def _official_float_mean(ctx: OpContext, x: Any, axes: tuple[int, ...]) -> Any:
+    """The official float MEAN's sum (see above), keepdims, before the division by the count."""
+    xp = ctx.xp
+    x = _rounded(ctx, x)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    outputs = int(np.prod([x.shape[a] for a in kept]))
+    rows = xp.reshape(xp.transpose(x, kept + list(axes)), (outputs, -1))
+    if axes == (x.ndim - 1,) and outputs > 1:
+        total = _eigen_row_sums(ctx, rows)
+    else:
+        total = _fold_last_axis(ctx, rows, lambda acc, v: acc + v)
+    return xp.reshape(total, tuple(1 if a in axes else d for a, d in enumerate(x.shape)))
+
+
+def _rounded(ctx: OpContext, x: Any) -> Any:
+    """``x`` unchanged, but XLA CPU cannot fuse the multiply that made it into a later add as one fused
+    multiply-add (a select between them; NaN stays NaN): the official kernels round every step."""
+    if ctx.lax is None:
+        return x
+    return ctx.lax.select(ctx.lax.ne(x, x), ctx.xp.full_like(x, np.nan), x)
+
+
+def _eigen_row_sums(ctx: OpContext, rows: Any) -> Any:
+    """Eigen's vectorized redux of each row of ``rows`` [outputs, n], row j starting at element j * n of a
+    16-byte aligned buffer: its aligned start (and so its packets) depends on j * n modulo 4."""
+    xp = ctx.xp
+    outputs, n = rows.shape
+    phases = (np.arange(outputs) * n) % ALIGNMENT_ELEMENTS
+    total = None
+    for phase in sorted(set(phases.tolist())):
+        head = (ALIGNMENT_ELEMENTS - phase) % ALIGNMENT_ELEMENTS
+        sums = _eigen_redux(ctx, rows, min(head, n))
+        total = sums if total is None else xp.where(xp.asarray(phases == phase), sums, total)
+    return total
+
+
+def _eigen_redux(ctx: OpContext, rows: Any, start: int) -> Any:
+    """redux_impl<LinearVectorizedTraversal> over the last axis with packets from ``start``."""
+    xp, p = ctx.xp, EIGEN_PACKET
+    n = rows.shape[-1]
+    size = (n - start) // p * p
+    if size == 0:
+        return _fold_last_axis(ctx, rows, lambda acc, v: acc + v)
+    size2 = (n - start) // (2 * p) * (2 * p)
+    packets = xp.reshape(rows[:, start:start + size], (rows.shape[0], size // p, p))
+    acc = packets[:, 0]
+    if size > p:
+        pairs = xp.reshape(packets[:, :size2 // p], (rows.shape[0], size2 // (2 * p), 2 * p))
+        both = _fold_middle_axis(ctx, pairs)
+        acc = both[:, :p] + both[:, p:]
+        if size > size2:
+            acc = acc + packets[:, -1]
+    total = (acc[:, 0] + acc[:, 2]) + (acc[:, 1] + acc[:, 3])
+    for i in list(range(start)) + list(range(start + size, n)):
+        total = total + rows[:, i]
+    return total
+
+
+def _fold_middle_axis(ctx: OpContext, values: Any) -> Any:
+    """values [rows, steps, width] summed over steps in order (a sequential left fold), [rows, width]."""
+    if ctx.lax is None:
+        acc = values[:, 0]
+        for i in range(1, values.shape[1]):
+            acc = acc + values[:, i]
+        return acc
+    acc, _ = ctx.lax.scan(lambda a, v: (a + v, None), values[:, 0], ctx.xp.moveaxis(values[:, 1:], 1, 0))
+    return acc
 
 
 @register("REDUCE_PROD")

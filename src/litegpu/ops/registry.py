@@ -68,6 +68,16 @@ class OpContext:
     def options(self) -> Options:
         return self.op.options
 
+    @property
+    def official_float_order(self) -> bool:
+        """Whether float kernels sum and round in the builtin kernels' order, bit for bit (in-order BATCH_MATMUL,
+        Eigen's MEAN, RSQRT as 1/sqrt): the numpy reference always; XLA on the CPU where the builtin kernels were
+        asked for (``CpuKernelMode.BUILTIN``: its backend says ``official_float_order``).  Elsewhere the faster
+        orders of XLA, an ulp or so away (harmless alone; an LLM's hybrid layers can turn an ulp into a step)."""
+        if self.target is Target.REFERENCE:
+            return True
+        return self.target is Target.XLA_CPU and bool(getattr(self.backend, "official_float_order", False))
+
     def input(self, i: int) -> Tensor | None:
         """IR tensor of input ``i`` (None when the optional input is omitted)."""
         if i >= len(self.op.inputs) or self.op.inputs[i] < 0:

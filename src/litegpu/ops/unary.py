@@ -207,6 +207,11 @@ class Rsqrt(_QuantizedUnary):
     def lower(self, ctx, x):
         if self.is_integer(ctx):
             return super().lower(ctx, x)
+        if ctx.official_float_order and x.dtype == np.float32:
+            # The official kernel's 1.f / std::sqrt(f), each step correctly rounded.  XLA's rsqrt is an ulp off
+            # now and then; RMSNorm's RSQRT feeds the hybrid FULLY_CONNECTEDs of quantized LLMs, whose int8 row
+            # quantization turns that ulp into a quantization step (6 % of a 576-wide SmolLM's logits, int4).
+            return fp.divide_f32_exactly(ctx.xp, np.float32(1), ctx.lax.sqrt(x))
         return ctx.lax.rsqrt(x)
 
     def check_domain(self, ctx, x):

@@ -146,7 +146,8 @@ class BatchedModel:
 
             compiled = self._compiled
             state = XlaState(compiled._xla_model, compiled.environment.device(compiled._platform),
-                             XlaBackend.storage_dtype(compiled.options.precision), platform=compiled._platform)
+                             XlaBackend.storage_dtype(compiled.options.precision), platform=compiled._platform,
+                             official_float_order=compiled._official_float_order)
             self._backends[signature.index] = XlaBackend(compiled._xla_model, signature.subgraph, compiled._platform,
                                                          precision=compiled.options.precision, state=state)
         return self._backends[signature.index]

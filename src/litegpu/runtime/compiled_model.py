@@ -611,9 +611,17 @@ class CompiledModel:
         if self._state is None:
             self._state = XlaState(model, self._environment.device(self._platform),
                                    XlaBackend.storage_dtype(precision), devices=self._devices,
-                                   platform=self._platform)
+                                   platform=self._platform, official_float_order=self._official_float_order)
+        # programs in the builtin kernels' float order are other programs: cached apart
+        key = {**self._cache_key, "float_order": "builtin kernels"} if self._official_float_order else self._cache_key
         return XlaBackend(model, subgraph, self._platform, precision=precision, state=self._state,
-                          cache=self._cache, cache_key=self._cache_key)
+                          cache=self._cache, cache_key=key)
+
+    @property
+    def _official_float_order(self) -> bool:
+        """XLA on the CPU computes float ops in the builtin kernels' order where those kernels were asked for
+        (``CpuKernelMode.BUILTIN``), bit for bit as the official interpreter's, at some cost in speed."""
+        return self._platform == "cpu" and self._options.cpu_options.kernels == "builtin"
 
     @functools.cached_property
     def _xla_model(self) -> ir.Model:

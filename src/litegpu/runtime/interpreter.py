@@ -114,7 +114,8 @@ class Interpreter:
             from ..backends.xla import XlaBackend, XlaState, device_for
 
             if self._state is None:
-                self._state = XlaState(self._xla_model, device_for("cpu"))
+                # the builtin kernels, as the official Interpreter's default: their float order too
+                self._state = XlaState(self._xla_model, device_for("cpu"), official_float_order=True)
             self._xla[subgraph] = XlaBackend(self._xla_model, subgraph, "cpu", state=self._state)
         return self._xla[subgraph]
 
