@@ -6,6 +6,7 @@
 #     bench/gpu_checks.sh env iree        # issue 28: the zoo through IREE on Vulkan beside XLA on CUDA and the
 #                                         # official GPU accelerator, same run (after bench/gpu_prepare.sh iree)
 #     bench/gpu_checks.sh llm             # issue 25: ~3 GB decoders, this checkout's code and .old's (see step_llm)
+#     bench/gpu_checks.sh batch           # issue 25: batched() at 1, 8, 64 beside XNNPACK and the official GPU
 #
 # Run from the repository root.  A device call lasts at most 10 minutes and a session has 15 minutes of device
 # time, machine start included, so the steps come in two calls made back to back (the machine stays warm for
@@ -120,6 +121,14 @@ step_llm() {
     rm -rf $keep
 }
 
+step_batch() {
+    # Issue 25, item 5: model.batched() at batch 1, 8 and 64 beside XNNPACK and the official GPU accelerator
+    local models=("$LITEGPU_SHARED_MODELS"/*.tflite)
+    ls "$LITEGPU_ZOO_DIR"/*.tflite >/dev/null 2>&1 && models+=("$LITEGPU_ZOO_DIR"/*.tflite)
+    $PY bench/bench_batching.py --accelerator "$ACCELERATOR" --batches 1 8 64 --seconds "${BATCH_SECONDS:-1}" \
+        --rounds 2 --json "$OUT/batching.json" "${models[@]}"
+}
+
 step_zoo() {
     $PY bench/zoo.py run --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo.json"
 }
@@ -140,7 +149,7 @@ EOF
     $PY bench/zoo.py run --iree --seconds "${ZOO_SECONDS:-1}" --max-runs 30 --results "$OUT/zoo_iree.json"
 }
 
-declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [llm]=520 [iree]=420)
+declare -A LIMIT=([env]=90 [tests]=400 [zoo]=220 [bench]=330 [llm]=520 [iree]=420 [batch]=300)
 setup
 for step in "${@:-env tests zoo bench}"; do
     for s in $step; do
