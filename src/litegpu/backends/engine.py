@@ -9,10 +9,10 @@ An engine answers three questions and keeps one promise:
   compile cache when an entry for the same model, partition, shapes, settings and versions is there;
 - an executable's ``run(inputs)`` returns the partition's outputs, numpy or device arrays.
 
-Engines are listed in ``ENGINES`` by name, fastest first within a device kind; a new engine is one
-module that subclasses :class:`Engine` and adds itself there.  The XLA engine's executables are
-:class:`~litegpu.backends.xla.XlaBackend` objects (one ``jax.jit`` program per input shape) and the
-reference engine's walk the graph with numpy kernels.
+This module imports no engine: each engine is a module of its own that subclasses :class:`Engine` here, and
+the registry (``registry.py``) names them all; a new engine is one module and one line there.  The XLA engine's
+executables are :class:`~litegpu.backends.xla.XlaBackend` objects (one ``jax.jit`` program per input shape) and
+the reference engine's walk the graph with numpy kernels.
 """
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ class Engine(abc.ABC):
                 cache_key: dict | None = None) -> Executable:
         """An executable for ``op_range`` of ``model``."""
 
+    def version(self) -> str:
+        """The engine's version for cache keys, read without loading the engine where that is costly."""
+        return ""
+
     def describe(self) -> str:
         """One line for ``litegpu doctor``: version and devices, or why it is missing."""
         return self.name
@@ -81,74 +85,6 @@ class Engine(abc.ABC):
 
     def forget(self, model: Model) -> None:
         """Drop what was compiled for ``model`` while planning, when the plan gave it to another engine."""
-
-
-class XlaCpuEngine(Engine):
-    """Exact TFLite kernels (integers bit for bit) traced into XLA programs on the host."""
-
-    name, target = "xla", Target.XLA_CPU
-
-    def available(self) -> bool:
-        try:
-            from .xla import available_platforms
-
-            return "cpu" in available_platforms()
-        except ImportError:
-            return False
-
-    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        return op_reasons(model, subgraph, op_indices, self.target)
-
-    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
-                cache_key: dict | None = None, state: Any = None) -> Executable:
-        """An ``XlaBackend`` over ``op_range`` (one program per input shape).  ``state`` holds the device
-        weights and variables; partitions of one model pass the same one so that weights are placed once."""
-        from .xla import XlaBackend, XlaState, device_for
-
-        if state is None:
-            state = XlaState(model, device_for("cpu"), XlaBackend.storage_dtype(settings.precision))
-        return XlaBackend(model, op_range.subgraph, "cpu", precision=settings.precision, state=state, cache=cache,
-                          cache_key=cache_key, op_range=op_range)
-
-    def describe(self) -> str:
-        import jax
-        import jaxlib
-
-        return f"jax {jax.__version__} / jaxlib {jaxlib.__version__}; devices: " + ", ".join(
-            sorted({d.platform for d in jax.devices()}))
-
-
-class ReferenceEngine(Engine):
-    """The numpy interpreter: exact and slow; runs what nothing else can."""
-
-    name, target = "reference", Target.REFERENCE
-
-    def available(self) -> bool:
-        return True
-
-    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        return op_reasons(model, subgraph, op_indices, self.target)
-
-    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
-                cache_key: dict | None = None) -> Executable:
-        from .graph import GraphRunner
-
-        return _ReferenceExecutable(GraphRunner(model, Target.REFERENCE), op_range)
-
-    def describe(self) -> str:
-        import numpy
-
-        return f"numpy {numpy.__version__}"
-
-
-class _ReferenceExecutable(Executable):
-    def __init__(self, runner: Any, op_range: OpRange):
-        self.runner, self.op_range = runner, op_range
-
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        import numpy as np
-
-        return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])
 
 
 def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
@@ -165,25 +101,6 @@ def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: T
             reason = str(e)
         if reason is not None:
             found[i] = reason
-    return found
-
-
-def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: Any = None,
-                     cache_key: dict | None = None, whole_file: bool = True) -> dict[str, Engine]:
-    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has installed
-    (``Engine.installed``: the planner asks ``available`` before it uses one): the official interpreter and
-    OpenVINO, holding the model's compile cache.  ``file`` is the model's
-    file; ``whole_file`` says the model planned is that file as it is (OpenVINO then reads a whole-model
-    partition from it; the official interpreter always runs the file, a rewrite changes nothing it sees)."""
-    from .litert import LiteRtEngine
-    from .openvino import OpenVinoEngine
-
-    found: dict[str, Engine] = {}
-    for candidate in (LiteRtEngine(settings, file=file, cache=cache, cache_key=cache_key),
-                      OpenVinoEngine(cache=cache, cache_key=cache_key, settings=settings,
-                                     file=file if whole_file else None)):
-        if candidate.installed():
-            found[candidate.name] = candidate
     return found
 
 
@@ -310,35 +227,5 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     return min(paired, key=paired.__getitem__), paired
 
 
-def engine(name: str) -> Engine:
-    """The engine called ``name`` ("litert", "openvino", "xla", "iree", "reference")."""
-    if name not in ENGINES:
-        from ..errors import InvalidArgumentError
-
-        raise InvalidArgumentError(f"unknown engine {name!r}; litegpu has {', '.join(ENGINES)}")
-    return ENGINES[name]()
-
-
-def _openvino() -> Engine:
-    from .openvino import OpenVinoEngine
-
-    return OpenVinoEngine()
-
-
-def _litert() -> Engine:
-    from .litert import LiteRtEngine
-
-    return LiteRtEngine()
-
-
-def _iree() -> Engine:
-    from .iree import IreeEngine
-
-    return IreeEngine()
-
-
-ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "iree": _iree, "reference": ReferenceEngine}
-
-__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "ReferenceEngine",
-           "SUB_BYTE_DTYPES", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest", "integer_arithmetic",
-           "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]
+__all__ = ["Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
+           "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]

@@ -739,7 +739,7 @@ class IreeExecutable(Executable):
     def _cache_entry_key(self, specs: list, var_specs: dict) -> str | None:
         if self.cache is None:
             return None
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         return make_key({**self.cache_key, "engine": "iree", "iree": iree_version(), "target": self.target.description,
                          "flags": list(self.target.flags), "subgraph": self.op_range.subgraph,

@@ -144,6 +144,9 @@ class OpenVinoEngine(Engine):
 
         return importlib.util.find_spec("openvino") is not None
 
+    def version(self) -> str:
+        return openvino_package_version()
+
     def describe(self) -> str:
         core = _core()
         return f"openvino {openvino_version()}; CPU: {core.get_property('CPU', 'FULL_DEVICE_NAME')} (" + \
@@ -170,7 +173,7 @@ class OpenVinoEngine(Engine):
             return _conversion_refusals(model, subgraph, candidates, self.file)
         import json
 
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         key = make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                         "support": subgraph, "candidates": candidates,
@@ -370,7 +373,7 @@ class OpenVinoExecutable(Executable):
         return config
 
     def _key(self, shapes: tuple) -> str:
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         return make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                          "subgraph": self.op_range.subgraph, "ops": list(self.op_range.op_indices),

@@ -246,10 +246,10 @@ class PartitionedModel:
 
     def _exact_unit(self, partition: Partition) -> Any:
         """What runs an OpenVINO partition that OpenVINO cannot compile: XLA, or numpy where XLA refuses an op."""
-        from ..backends.engine import XlaCpuEngine
+        from ..backends.registry import engine
 
         op_range = partition.op_range()
-        if XlaCpuEngine().unsupported(self.model, partition.subgraph_index, op_range.op_indices):
+        if engine("xla").unsupported(self.model, partition.subgraph_index, op_range.op_indices):
             return _ReferenceUnit(self.reference, partition)
         return self.unit(dataclasses.replace(partition, target=Target.XLA_CPU))
 
