@@ -39,17 +39,49 @@ class EngineSettings:
     exact_integers: bool = False        # integer / hybrid ops only on the exact TFLite kernels (not XNNPACK's)
 
 
+# Where an executable takes its inputs and leaves its outputs when they are numpy arrays in host memory.
+HOST = "host"
+
+
 class Executable(abc.ABC):
-    """A compiled partition (``XlaBackend`` has the same ``run``)."""
+    """A compiled partition (``XlaBackend`` has the same ``run``), as the runtime runs it
+    (``runtime.partitioned``): its inputs are placed where ``where`` says, its outputs stay there."""
+
+    op_range: OpRange
+    # HOST, or a device of the engine's own that keeps its outputs (IREE's Vulkan or Metal memory): ``place``
+    # puts an input there
+    where: str = HOST
 
     @abc.abstractmethod
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Outputs of the partition (``op_range.outputs`` order) for inputs in ``op_range.inputs`` order."""
 
+    def prepare(self) -> None:
+        """Compile for the declared input shapes now, where that may fail (``EngineCompileError``): the runtime
+        then falls back before the first run (``Engine.fallback``).  Nothing by default: compiled at first run."""
+
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], Any]] | None:
+        """(shape, dtype) of each output for inputs of these shapes; None where the engine cannot tell (the
+        runtime then traces the ops under XLA, without compiling them)."""
+        return None
+
+    def place(self, value: Any) -> tuple[Any, bool]:
+        """``value`` where ``run`` takes it when ``where`` is not HOST, and whether that moved it between
+        devices (a transfer).  The runtime places host inputs itself."""
+        return value, False
+
 
 class Engine(abc.ABC):
     name: str = ""
     target: Target
+    # The kernels that run a partition this engine turns out unable to compile (a graph its shape inference
+    # refuses, an op its compiler fails on), on the CPU, with a warning naming its error: XLA with the op rules of
+    # this target (numpy where XLA refuses an op); None: no fallback, the error reaches the caller.
+    fallback: Target | None = None
+    fallback_words = ""  # how the warning names them: "the exact kernels", "the CPU"
+    # Its ``compile`` takes ``host_state``: the model's weights and variables as the runtime holds them on the
+    # host (``backends.xla.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from there).
+    shares_host_state = False
 
     @abc.abstractmethod
     def available(self) -> bool:
@@ -85,6 +117,14 @@ class Engine(abc.ABC):
 
     def forget(self, model: Model) -> None:
         """Drop what was compiled for ``model`` while planning, when the plan gave it to another engine."""
+
+    def reset_variables(self) -> None:
+        """Resource variables of the models it runs back to their initial values (``reset_all_variables``)."""
+
+    def placement_report(self) -> Any:
+        """How the weights it keeps on its own device sit there (``backends.sharding.PlacementReport``); None
+        where it keeps none (the runtime then reports XLA's)."""
+        return None
 
 
 def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
@@ -227,5 +267,5 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     return min(paired, key=paired.__getitem__), paired
 
 
-__all__ = ["Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
+__all__ = ["HOST", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
            "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]

@@ -122,6 +122,8 @@ class OpenVinoEngine(Engine):
     warm start does not convert the model again to learn what it supports."""
 
     name, target = "openvino", Target.OPENVINO
+    # OpenVINO's shape inference refuses some graphs TFLite accepts, or a new input shape
+    fallback, fallback_words = Target.XLA_CPU, "the exact kernels"
 
     def __init__(self, cache: Any = None, cache_key: dict | None = None, settings: EngineSettings | None = None,
                  file: str | None = None):
