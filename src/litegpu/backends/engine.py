@@ -7,7 +7,12 @@ An engine answers three questions and keeps one promise:
   (op index -> reason); the planner gives each partition to the fastest engine that takes all its ops;
 - ``compile(model, op_range, settings, cache)``: an :class:`Executable` for a run of ops, read from the
   compile cache when an entry for the same model, partition, shapes, settings and versions is there;
-- an executable's ``run(inputs)`` returns the partition's outputs, numpy or device arrays.
+- an executable's ``run(inputs)`` returns the partition's outputs, numpy or device arrays, and says where they
+  live (``where``: the host, or a device of the engine's own, with ``place`` to put an input there);
+- an engine names the kernels that take over a partition it turns out unable to compile (``fallback``).
+
+The planner (``compile.plan``) and the runtime (``runtime.partitioned``) reach engines through this interface
+and the registry alone, and name none.
 
 This module imports no engine: each engine is a module of its own that subclasses :class:`Engine` here, and
 the registry (``registry.py``) names them all; a new engine is one module and one line there.  The XLA engine's
