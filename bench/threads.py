@@ -6,7 +6,7 @@ Without model arguments: every model in ../shared/models and tests/heldout/model
 interpreters (``ai_edge_litert``, default XNNPACK delegate), one thread and the physical cores, run alternately
 on the same seeded inputs, every output read back; the order is shuffled each round (seeded).  Prints the
 median of each, their ratio, and the model's multiply-accumulates as litegpu's planner counts them
-(``compile.plan.model_macs``), which is what ``backends.litert`` decides the thread count on.
+(``ir.macs.model_macs``), which is what ``backends.litert`` decides the thread count on.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ DEFAULT_DIRS = [ROOT.parent / "shared" / "models", ROOT / "tests" / "heldout" / 
 def measure(path: Path, cores: int, rounds: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
-    from litegpu.compile.plan import model_macs
+    from litegpu.ir.macs import model_macs
     from litegpu.ir import read_model
 
     probe = Interpreter(model_path=str(path))

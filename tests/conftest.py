@@ -21,11 +21,11 @@ def shared_models() -> Path:
 def without_litert(monkeypatch):
     """The fast CPU path without the official interpreter (OpenVINO and XLA only): for tests about how
     OpenVINO and XLA share a model, which the official interpreter would otherwise take whole."""
-    from litegpu.backends import engine
+    from litegpu.backends import registry
 
-    original = engine.fast_cpu_engines
+    original = registry.fast_cpu_engines
 
     def without(*args, **kwargs):
         return {name: e for name, e in original(*args, **kwargs).items() if name != "litert"}
 
-    monkeypatch.setattr(engine, "fast_cpu_engines", without)
+    monkeypatch.setattr(registry, "fast_cpu_engines", without)

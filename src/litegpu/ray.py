@@ -30,7 +30,7 @@ from .errors import InvalidArgumentError
 
 def default_cache_dir(model_path: str) -> str:
     """A compile cache shared by every actor on this machine for this model file."""
-    from .compile.cache import fingerprint
+    from .backends.cache import fingerprint
 
     with open(model_path, "rb") as f:
         token = fingerprint(f.read())[:16]

@@ -12,7 +12,8 @@ litert = pytest.importorskip("ai_edge_litert.interpreter")
 
 import litegpu  # noqa: E402
 from litegpu.backends import litert as litert_backend  # noqa: E402
-from litegpu.backends.engine import EngineSettings, Executable, engine, fastest, sample_inputs  # noqa: E402
+from litegpu.backends.engine import EngineSettings, Executable, fastest, sample_inputs  # noqa: E402
+from litegpu.backends.registry import engine  # noqa: E402
 from litegpu.backends.graph import OpRange  # noqa: E402
 from litegpu.backends.litert import LiteRtEngine  # noqa: E402
 from litegpu.errors import EngineCompileError, InvalidArgumentError, ModelExecutionError  # noqa: E402

@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("openvino")
 
 import litegpu  # noqa: E402
-from litegpu.backends.engine import EngineSettings, engine  # noqa: E402
+from litegpu.backends.engine import EngineSettings  # noqa: E402
+from litegpu.backends.registry import engine  # noqa: E402
 from litegpu.backends.graph import GraphRunner, OpRange  # noqa: E402
 from litegpu.backends.openvino import OpenVinoEngine, OpenVinoExecutable  # noqa: E402
 from litegpu.errors import EngineCompileError  # noqa: E402

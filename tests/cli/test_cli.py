@@ -233,7 +233,7 @@ def test_run_argument_errors_are_one_line(shared_models, capsys, argv, message):
 
 
 def test_cache_ls_verify_clear(tmp_path, capsys):
-    from litegpu.compile.cache import CompileCache, make_key
+    from litegpu.backends.cache import CompileCache, make_key
 
     cache = CompileCache(tmp_path)
     good, bad = make_key({"a": 1}), make_key({"b": 2})

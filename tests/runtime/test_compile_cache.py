@@ -105,7 +105,7 @@ def test_damaged_entry_is_rebuilt(tmp_path, damage):
     assert np.array_equal(got, expected)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert litegpu.compile.cache.CompileCache(tmp_path / "c").verify() == []
+        assert litegpu.backends.cache.CompileCache(tmp_path / "c").verify() == []
 
 
 @pytest.mark.parametrize("token", ["../../etc/passwd", "a/b", "..", "x" * 200])
@@ -176,7 +176,7 @@ def test_openvino_damaged_entries_are_rebuilt(tmp_path, damage, without_litert):
     assert np.array_equal(got, expected)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert litegpu.compile.cache.CompileCache(tmp_path / "c").verify() == []
+        assert litegpu.backends.cache.CompileCache(tmp_path / "c").verify() == []
 
 
 def test_openvino_blob_it_cannot_import_is_discarded(tmp_path, monkeypatch, without_litert):

@@ -1,4 +1,8 @@
-"""Backends execute ops: ``reference`` (numpy, exact) and ``xla`` (jax.jit on CPU or GPU)."""
+"""The engines that run a model's partitions, one module each behind one interface (``engine.py``): the numpy
+reference interpreter (``reference``, exact and slow), XLA (``xla``: ``jax.jit`` on CPU or GPU, exact integer
+kernels), the official interpreter with XNNPACK (``litert``), OpenVINO (``openvino``) and IREE on Vulkan or Metal
+GPUs (``iree``), named in one registry (``registry.py``) that no engine imports; with what they share below them:
+graph walking (``graph``) and the compile cache (``cache``)."""
 
 from .graph import GraphRunner
 from .reference import ReferenceBackend

@@ -7,12 +7,17 @@ An engine answers three questions and keeps one promise:
   (op index -> reason); the planner gives each partition to the fastest engine that takes all its ops;
 - ``compile(model, op_range, settings, cache)``: an :class:`Executable` for a run of ops, read from the
   compile cache when an entry for the same model, partition, shapes, settings and versions is there;
-- an executable's ``run(inputs)`` returns the partition's outputs, numpy or device arrays.
+- an executable's ``run(inputs)`` returns the partition's outputs, numpy or device arrays, and says where they
+  live (``where``: the host, or a device of the engine's own, with ``place`` to put an input there);
+- an engine names the kernels that take over a partition it turns out unable to compile (``fallback``).
 
-Engines are listed in ``ENGINES`` by name, fastest first within a device kind; a new engine is one
-module that subclasses :class:`Engine` and adds itself there.  The XLA engine's executables are
-:class:`~litegpu.backends.xla.XlaBackend` objects (one ``jax.jit`` program per input shape) and the
-reference engine's walk the graph with numpy kernels.
+The planner (``compile.plan``) and the runtime (``runtime.partitioned``) reach engines through this interface
+and the registry alone, and name none.
+
+This module imports no engine: each engine is a module of its own that subclasses :class:`Engine` here, and
+the registry (``registry.py``) names them all; a new engine is one module and one line there.  The XLA engine's
+executables are :class:`~litegpu.backends.xla.XlaBackend` objects (one ``jax.jit`` program per input shape) and
+the reference engine's walk the graph with numpy kernels.
 """
 
 from __future__ import annotations
@@ -39,17 +44,49 @@ class EngineSettings:
     exact_integers: bool = False        # integer / hybrid ops only on the exact TFLite kernels (not XNNPACK's)
 
 
+# Where an executable takes its inputs and leaves its outputs when they are numpy arrays in host memory.
+HOST = "host"
+
+
 class Executable(abc.ABC):
-    """A compiled partition (``XlaBackend`` has the same ``run``)."""
+    """A compiled partition (``XlaBackend`` has the same ``run``), as the runtime runs it
+    (``runtime.partitioned``): its inputs are placed where ``where`` says, its outputs stay there."""
+
+    op_range: OpRange
+    # HOST, or a device of the engine's own that keeps its outputs (IREE's Vulkan or Metal memory): ``place``
+    # puts an input there
+    where: str = HOST
 
     @abc.abstractmethod
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Outputs of the partition (``op_range.outputs`` order) for inputs in ``op_range.inputs`` order."""
 
+    def prepare(self) -> None:
+        """Compile for the declared input shapes now, where that may fail (``EngineCompileError``): the runtime
+        then falls back before the first run (``Engine.fallback``).  Nothing by default: compiled at first run."""
+
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], Any]] | None:
+        """(shape, dtype) of each output for inputs of these shapes; None where the engine cannot tell (the
+        runtime then traces the ops under XLA, without compiling them)."""
+        return None
+
+    def place(self, value: Any) -> tuple[Any, bool]:
+        """``value`` where ``run`` takes it when ``where`` is not HOST, and whether that moved it between
+        devices (a transfer).  The runtime places host inputs itself."""
+        return value, False
+
 
 class Engine(abc.ABC):
     name: str = ""
     target: Target
+    # The kernels that run a partition this engine turns out unable to compile (a graph its shape inference
+    # refuses, an op its compiler fails on), on the CPU, with a warning naming its error: XLA with the op rules of
+    # this target (numpy where XLA refuses an op); None: no fallback, the error reaches the caller.
+    fallback: Target | None = None
+    fallback_words = ""  # how the warning names them: "the exact kernels", "the CPU"
+    # Its ``compile`` takes ``host_state``: the model's weights and variables as the runtime holds them on the
+    # host (``backends.xla.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from there).
+    shares_host_state = False
 
     @abc.abstractmethod
     def available(self) -> bool:
@@ -71,6 +108,10 @@ class Engine(abc.ABC):
                 cache_key: dict | None = None) -> Executable:
         """An executable for ``op_range`` of ``model``."""
 
+    def version(self) -> str:
+        """The engine's version for cache keys, read without loading the engine where that is costly."""
+        return ""
+
     def describe(self) -> str:
         """One line for ``litegpu doctor``: version and devices, or why it is missing."""
         return self.name
@@ -82,73 +123,13 @@ class Engine(abc.ABC):
     def forget(self, model: Model) -> None:
         """Drop what was compiled for ``model`` while planning, when the plan gave it to another engine."""
 
+    def reset_variables(self) -> None:
+        """Resource variables of the models it runs back to their initial values (``reset_all_variables``)."""
 
-class XlaCpuEngine(Engine):
-    """Exact TFLite kernels (integers bit for bit) traced into XLA programs on the host."""
-
-    name, target = "xla", Target.XLA_CPU
-
-    def available(self) -> bool:
-        try:
-            from .xla import available_platforms
-
-            return "cpu" in available_platforms()
-        except ImportError:
-            return False
-
-    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        return op_reasons(model, subgraph, op_indices, self.target)
-
-    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
-                cache_key: dict | None = None, state: Any = None) -> Executable:
-        """An ``XlaBackend`` over ``op_range`` (one program per input shape).  ``state`` holds the device
-        weights and variables; partitions of one model pass the same one so that weights are placed once."""
-        from .xla import XlaBackend, XlaState, device_for
-
-        if state is None:
-            state = XlaState(model, device_for("cpu"), XlaBackend.storage_dtype(settings.precision))
-        return XlaBackend(model, op_range.subgraph, "cpu", precision=settings.precision, state=state, cache=cache,
-                          cache_key=cache_key, op_range=op_range)
-
-    def describe(self) -> str:
-        import jax
-        import jaxlib
-
-        return f"jax {jax.__version__} / jaxlib {jaxlib.__version__}; devices: " + ", ".join(
-            sorted({d.platform for d in jax.devices()}))
-
-
-class ReferenceEngine(Engine):
-    """The numpy interpreter: exact and slow; runs what nothing else can."""
-
-    name, target = "reference", Target.REFERENCE
-
-    def available(self) -> bool:
-        return True
-
-    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        return op_reasons(model, subgraph, op_indices, self.target)
-
-    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
-                cache_key: dict | None = None) -> Executable:
-        from .graph import GraphRunner
-
-        return _ReferenceExecutable(GraphRunner(model, Target.REFERENCE), op_range)
-
-    def describe(self) -> str:
-        import numpy
-
-        return f"numpy {numpy.__version__}"
-
-
-class _ReferenceExecutable(Executable):
-    def __init__(self, runner: Any, op_range: OpRange):
-        self.runner, self.op_range = runner, op_range
-
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        import numpy as np
-
-        return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])
+    def placement_report(self) -> Any:
+        """How the weights it keeps on its own device sit there (``backends.sharding.PlacementReport``); None
+        where it keeps none (the runtime then reports XLA's)."""
+        return None
 
 
 def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
@@ -165,25 +146,6 @@ def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: T
             reason = str(e)
         if reason is not None:
             found[i] = reason
-    return found
-
-
-def fast_cpu_engines(settings: EngineSettings, file: str | None = None, cache: Any = None,
-                     cache_key: dict | None = None, whole_file: bool = True) -> dict[str, Engine]:
-    """The engines the fast CPU path plans with (``CpuKernelMode.FAST``), those this machine has installed
-    (``Engine.installed``: the planner asks ``available`` before it uses one): the official interpreter and
-    OpenVINO, holding the model's compile cache.  ``file`` is the model's
-    file; ``whole_file`` says the model planned is that file as it is (OpenVINO then reads a whole-model
-    partition from it; the official interpreter always runs the file, a rewrite changes nothing it sees)."""
-    from .litert import LiteRtEngine
-    from .openvino import OpenVinoEngine
-
-    found: dict[str, Engine] = {}
-    for candidate in (LiteRtEngine(settings, file=file, cache=cache, cache_key=cache_key),
-                      OpenVinoEngine(cache=cache, cache_key=cache_key, settings=settings,
-                                     file=file if whole_file else None)):
-        if candidate.installed():
-            found[candidate.name] = candidate
     return found
 
 
@@ -310,35 +272,5 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     return min(paired, key=paired.__getitem__), paired
 
 
-def engine(name: str) -> Engine:
-    """The engine called ``name`` ("litert", "openvino", "xla", "iree", "reference")."""
-    if name not in ENGINES:
-        from ..errors import InvalidArgumentError
-
-        raise InvalidArgumentError(f"unknown engine {name!r}; litegpu has {', '.join(ENGINES)}")
-    return ENGINES[name]()
-
-
-def _openvino() -> Engine:
-    from .openvino import OpenVinoEngine
-
-    return OpenVinoEngine()
-
-
-def _litert() -> Engine:
-    from .litert import LiteRtEngine
-
-    return LiteRtEngine()
-
-
-def _iree() -> Engine:
-    from .iree import IreeEngine
-
-    return IreeEngine()
-
-
-ENGINES = {"litert": _litert, "openvino": _openvino, "xla": XlaCpuEngine, "iree": _iree, "reference": ReferenceEngine}
-
-__all__ = ["ENGINES", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "ReferenceEngine",
-           "SUB_BYTE_DTYPES", "XlaCpuEngine", "cpu_name", "engine", "fast_cpu_engines", "fastest", "integer_arithmetic",
-           "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]
+__all__ = ["HOST", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
+           "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]

@@ -598,6 +598,12 @@ class IreeExecutable(Executable):
 
     where = "iree"
 
+    def place(self, value: Any) -> tuple[Any, bool]:
+        """A result of an earlier partition stays on the device; anything else is uploaded by ``run``."""
+        if isinstance(value, IreeArray):
+            return value, False
+        return np.asarray(value), True
+
     def __init__(self, model: Model, op_range: OpRange, settings: EngineSettings, state: IreeState,
                  target: CompileTarget, cache: Any = None, cache_key: dict | None = None,
                  device: IreeDevice | None = None):
@@ -745,7 +751,7 @@ class IreeExecutable(Executable):
     def _cache_entry_key(self, specs: list, var_specs: dict) -> str | None:
         if self.cache is None:
             return None
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         return make_key({**self.cache_key, "engine": "iree", "iree": iree_version(), "target": self.target.description,
                          "flags": list(self.target.flags), "subgraph": self.op_range.subgraph,
@@ -920,6 +926,9 @@ class IreeEngine(Engine):
     the first of ``iree_devices(allow_software)``)."""
 
     name, target = "iree", Target.IREE
+    # an op IREE cannot compile (the planner refuses what is known not to): the same program on XLA's CPU
+    fallback, fallback_words = Target.XLA_GPU, "the CPU"
+    shares_host_state = True  # its GPU's weights are uploaded from the host weights of the model's CPU state
 
     def __init__(self, settings: EngineSettings | None = None, device: IreeDevice | None = None,
                  allow_software: bool = False, cache: Any = None, cache_key: dict | None = None):
@@ -986,6 +995,14 @@ class IreeEngine(Engine):
     def states(self) -> list[IreeState]:
         """The device states made so far (one per model)."""
         return list(self._states.values())
+
+    def placement_report(self) -> Any:
+        """The weights uploaded to the device, over every model's state."""
+        from .sharding import PlacementReport
+
+        reports = [state.placement_report() for state in self.states()]
+        return PlacementReport(1, [w for r in reports for w in r.weights],
+                               [sum(sum(r.measured_bytes_per_device or [0]) for r in reports)])
 
     def state(self, host_state: Any) -> IreeState:
         """The device state over ``host_state`` (one per model: its weights uploaded once)."""

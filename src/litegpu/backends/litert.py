@@ -185,7 +185,7 @@ class LiteRtEngine(Engine):
         cores = thread_count(self.settings)
         if self.settings.num_threads > 0 or cores == 1:
             return cores
-        from ..compile.plan import model_macs
+        from ..ir.macs import model_macs
 
         if model_macs(model) > THREAD_CHOICE_MAX_MACS:
             return cores
@@ -202,7 +202,7 @@ class LiteRtEngine(Engine):
     def _threads_key(self, scope: str, cores: int) -> str | None:
         if self.cache is None:
             return None
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         return make_key({**self.cache_key, "threads for": scope, "litert": litert_version(), "cores": cores,
                          "cpu": cpu_name()})
@@ -238,12 +238,12 @@ class LiteRtEngine(Engine):
     def _choice_key(self, model: Model, scope: str, other: Engine) -> str | None:
         if self.cache is None:
             return None
-        from ..compile.cache import make_key
-        from .openvino import openvino_package_version
+        from .cache import make_key
 
-        # OpenVINO's version as its package metadata says: a warm start reads the verdict without importing it
+        # the other engine's version as its package metadata says: a warm start reads the verdict without
+        # importing it (OpenVINO: ``openvino_package_version``)
         return make_key({**self.cache_key, "choice": ["litert", other.name], "scope": scope,
-                         "litert": litert_version(), "openvino": openvino_package_version(),
+                         "litert": litert_version(), other.name: other.version(),
                          "threads": thread_count(self.settings), "cpu": cpu_name()})
 
     def cached_choice(self, model: Model, scope: str, other: Engine) -> str | None:
@@ -339,7 +339,7 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     that is found out where the model's own interpreter is made and run."""
     import time
 
-    from ..compile.plan import entry_subgraphs
+    from ..ir import entry_subgraphs
     from .engine import fastest, sample_inputs
 
     candidates = {}

@@ -122,6 +122,8 @@ class OpenVinoEngine(Engine):
     warm start does not convert the model again to learn what it supports."""
 
     name, target = "openvino", Target.OPENVINO
+    # OpenVINO's shape inference refuses some graphs TFLite accepts, or a new input shape
+    fallback, fallback_words = Target.XLA_CPU, "the exact kernels"
 
     def __init__(self, cache: Any = None, cache_key: dict | None = None, settings: EngineSettings | None = None,
                  file: str | None = None):
@@ -143,6 +145,9 @@ class OpenVinoEngine(Engine):
         import importlib.util
 
         return importlib.util.find_spec("openvino") is not None
+
+    def version(self) -> str:
+        return openvino_package_version()
 
     def describe(self) -> str:
         core = _core()
@@ -170,7 +175,7 @@ class OpenVinoEngine(Engine):
             return _conversion_refusals(model, subgraph, candidates, self.file)
         import json
 
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         key = make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                         "support": subgraph, "candidates": candidates,
@@ -370,7 +375,7 @@ class OpenVinoExecutable(Executable):
         return config
 
     def _key(self, shapes: tuple) -> str:
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         return make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                          "subgraph": self.op_range.subgraph, "ops": list(self.op_range.op_indices),

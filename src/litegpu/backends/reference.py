@@ -13,7 +13,8 @@ import numpy as np
 
 from ..ir import Model
 from ..ops import Target
-from .graph import GraphRunner
+from .engine import Engine, EngineSettings, Executable, op_reasons
+from .graph import GraphRunner, OpRange
 
 
 class ReferenceBackend:
@@ -37,3 +38,32 @@ class ReferenceBackend:
 
     def run(self, inputs: Sequence[np.ndarray], subgraph_index: int = 0) -> list[np.ndarray]:
         return self.runner.run_subgraph(subgraph_index, [np.asarray(x) for x in inputs])
+
+
+class ReferenceEngine(Engine):
+    """The numpy interpreter: exact and slow; runs what nothing else can."""
+
+    name, target = "reference", Target.REFERENCE
+
+    def available(self) -> bool:
+        return True
+
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        return op_reasons(model, subgraph, op_indices, self.target)
+
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None) -> Executable:
+        return _ReferenceExecutable(GraphRunner(model, Target.REFERENCE), op_range)
+
+    def describe(self) -> str:
+        import numpy
+
+        return f"numpy {numpy.__version__}"
+
+
+class _ReferenceExecutable(Executable):
+    def __init__(self, runner: Any, op_range: OpRange):
+        self.runner, self.op_range = runner, op_range
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])

@@ -37,6 +37,7 @@ from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtyp
 from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, tie_to, unpack_sub_byte
+from .engine import Engine, EngineSettings, Executable, op_reasons
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
 from .memory import check_fits, device_available_bytes, is_out_of_memory, needed_bytes, out_of_memory
 
@@ -946,7 +947,7 @@ class XlaBackend:
             self._jit_options = {}
         self._program = self.jax.jit(self._trace, **self._jit_options)
         # With a compile cache, compiled executables are serialized to disk and a later process
-        # loads them instead of tracing and compiling (see litegpu.compile.cache).
+        # loads them instead of tracing and compiling (see litegpu.backends.cache).
         self.cache = cache
         self.cache_key = dict(cache_key or {})
         self._executables: dict[str, Any] = {}
@@ -1235,7 +1236,7 @@ class XlaBackend:
         ``state.sharding``) compiled with this backend's options: through the compile cache when there is one,
         ``what`` telling it apart from the subgraph's own programs (``xla_generate``'s decode loop).  The result
         is called as ``compiled(params, *args)``."""
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         key = None
         if self.cache is not None:
@@ -1268,7 +1269,7 @@ class XlaBackend:
         return lowered.compile()
 
     def _executable_key(self, args: Sequence[Any], consumed: tuple[int, ...] = ()) -> str:
-        from ..compile.cache import make_key
+        from .cache import make_key
 
         def layout(values: Any) -> list:
             return [(tuple(v.shape), str(v.dtype)) for v in values]
@@ -1367,3 +1368,34 @@ def export_program(backend: XlaBackend, params: dict, variables: dict, inputs: S
     the backend's own (``backend.target``)."""
     jax = backend.jax
     return jax.export.export(jax.jit(backend._trace), platforms=["cpu"])(params, variables, list(inputs))
+
+
+class XlaCpuEngine(Engine):
+    """Exact TFLite kernels (integers bit for bit) traced into XLA programs on the host."""
+
+    name, target = "xla", Target.XLA_CPU
+
+    def available(self) -> bool:
+        try:
+            return "cpu" in available_platforms()
+        except ImportError:
+            return False
+
+    def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        return op_reasons(model, subgraph, op_indices, self.target)
+
+    def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
+                cache_key: dict | None = None, state: Any = None) -> Executable:
+        """An ``XlaBackend`` over ``op_range`` (one program per input shape).  ``state`` holds the device
+        weights and variables; partitions of one model pass the same one so that weights are placed once."""
+        if state is None:
+            state = XlaState(model, device_for("cpu"), XlaBackend.storage_dtype(settings.precision))
+        return XlaBackend(model, op_range.subgraph, "cpu", precision=settings.precision, state=state, cache=cache,
+                          cache_key=cache_key, op_range=op_range)
+
+    def describe(self) -> str:
+        import jax
+        import jaxlib
+
+        return f"jax {jax.__version__} / jaxlib {jaxlib.__version__}; devices: " + ", ".join(
+            sorted({d.platform for d in jax.devices()}))

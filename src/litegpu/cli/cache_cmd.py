@@ -6,7 +6,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from ..compile.cache import CompileCache
+from ..backends.cache import CompileCache
 from .common import console, human_bytes
 
 

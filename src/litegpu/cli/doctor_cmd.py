@@ -25,7 +25,7 @@ VULKAN_INSTALL = ('a Vulkan driver (Debian/Ubuntu: apt-get install mesa-vulkan-d
 
 
 def engine_report() -> list[dict[str, Any]]:
-    from ..backends.engine import ENGINES, engine
+    from ..backends.registry import ENGINES, engine
 
     rows = []
     for name in ENGINES:

@@ -214,7 +214,8 @@ def accelerator_flags(spec: str) -> int:
 def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> dict:
     """The delegation plan; ``gpu_engine`` "iree" plans the GPU's partitions for IREE (Vulkan, Metal) on the
     model as it runs there (a quantized model's float view), as ``CompiledModel`` does: no device needed."""
-    from ..backends.engine import EngineSettings, fast_cpu_engines
+    from ..backends.engine import EngineSettings
+    from ..backends.registry import fast_cpu_engines
     from ..compile import plan_model
     from ..compile.circle_lowering import lowerable
 

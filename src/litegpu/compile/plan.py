@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, UnsupportedOpError
-from ..ir import Model, Operator, Subgraph, execution_order, numpy_dtype
+from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
+from ..ir.macs import model_macs, ops_macs
 from ..ops import Target, lookup
 
 logger = logging.getLogger(__name__)
@@ -205,12 +206,6 @@ class DelegationPlan:
 
 def _accelerator_name(flags: int) -> str:
     return " | ".join(n for bit, n in _NAMES.items() if flags & bit) or "none"
-
-
-def entry_subgraphs(model: Model) -> list[int]:
-    """Subgraphs that are run directly (subgraph 0 and the signatures'); the others run inside an op."""
-    found = [0] + [s.subgraph_index for s in model.signatures]
-    return sorted({i for i in found if 0 <= i < len(model.subgraphs)})
 
 
 def called_subgraphs(model: Model, op: Operator) -> list[int]:
@@ -495,7 +490,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     the exact TFLite kernels on XLA (integers bit for bit); "reference" runs the numpy interpreter.
     With "fast", a whole model goes to the official interpreter (``backends.litert``) where that is faster
     (``_litert_is_faster``).  ``engines`` passes the engine objects to use by name (holding the model's
-    compile cache; ``backends.engine.fast_cpu_engines``); None: OpenVINO if installed, not the official
+    compile cache; ``backends.registry.fast_cpu_engines``); None: OpenVINO if installed, not the official
     interpreter (planning then times nothing).  ``gpu_engine``: the engine of the GPU partitions when it is
     not XLA (``backends.iree.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
 
@@ -595,7 +590,8 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
     (BENCHMARKS.md); nor is a bigger model, for the same reason.  A tiny model is where the answer varies:
     XNNPACK's call costs about 4 us where XLA's costs 40, but a small decoder of 124 builtin ops ran 0.087 ms
     on XNNPACK (2 threads) against 0.068 on XLA (BENCHMARKS.md, circle models)."""
-    from ..backends.engine import XlaCpuEngine, fastest, sample_inputs
+    from ..backends.engine import fastest, sample_inputs
+    from ..backends.registry import engine as engine_named
     from ..errors import LiteGpuError
 
     if any(p.target not in (Target.OPENVINO, Target.LITERT) for p in candidate.partitions) \
@@ -612,7 +608,7 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
             return False
     # XLA's program for the original, in the original's compile cache entries: a warm start does not compile it
     reference = next(iter(original_engines.values()))
-    xla, settings = XlaCpuEngine(), reference.settings
+    xla, settings = engine_named("xla"), reference.settings
     exact = []
     for p in _whole_model(model, CPU, Target.XLA_CPU):
         exact.append((xla.compile(model, p.op_range(), settings, getattr(reference, "cache", None),
@@ -736,16 +732,6 @@ def _litert_partitions(model: Model, chosen: DelegationPlan, litert: object, ope
     return replace(chosen, target=main, partitions=tuple(partitions))
 
 
-def model_macs(model: Model) -> int:
-    """Multiply-accumulates of one run over the entry subgraphs (matrix products and convolutions)."""
-    return sum(ops_macs(model.subgraphs[i], range(len(model.subgraphs[i].operators))) for i in entry_subgraphs(model))
-
-
-def ops_macs(sg: Subgraph, op_indices: Iterable[int]) -> int:
-    """Multiply-accumulates of these ops of ``sg``."""
-    return sum(multiply_accumulates(sg, sg.operators[i]) for i in op_indices)
-
-
 # ---- CPU engines ----------------------------------------------------------------------------
 
 CPU_KERNELS = ("fast", "builtin", "reference")
@@ -771,7 +757,7 @@ MAX_PLAN_ROUNDS = 4
 
 
 def _installed_openvino() -> object | None:
-    from ..backends.engine import engine
+    from ..backends.registry import engine
 
     candidate = engine("openvino")
     if candidate.available():
@@ -876,31 +862,3 @@ def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: d
                 < MIN_OPENVINO_RUN_MACS:
             for i in run:
                 side[i] = "xla"
-
-
-def multiply_accumulates(sg: Subgraph, op: Operator) -> int:
-    """Multiply-accumulates of a matrix product or convolution (0 for other ops): its output elements
-    times the length of the sum behind each."""
-    name = op.opcode_name
-    if name not in ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D", "FULLY_CONNECTED",
-                    "BATCH_MATMUL"):
-        return 0
-    try:
-        out = math.prod(sg.tensors[op.outputs[0]].shape)
-        if name == "TRANSPOSE_CONV":
-            w = sg.tensors[op.inputs[1]].shape            # (cout, kh, kw, cin)
-            x = sg.tensors[op.inputs[2]].shape
-            return math.prod(x) * w[0] * w[1] * w[2]
-        w = sg.tensors[op.inputs[1]].shape
-        if name == "CONV_2D":                             # (cout, kh, kw, cin)
-            return out * w[1] * w[2] * w[3]
-        if name == "CONV_3D":                             # (kd, kh, kw, cin, cout)
-            return out * w[0] * w[1] * w[2] * w[3]
-        if name == "DEPTHWISE_CONV_2D":                   # (1, kh, kw, cout)
-            return out * w[1] * w[2]
-        if name == "FULLY_CONNECTED":                     # (units, k)
-            return out * w[-1]
-        x = sg.tensors[op.inputs[0]].shape                # BATCH_MATMUL
-        return out * (x[-2] if op.options.get("adj_x") else x[-1])
-    except (IndexError, TypeError):
-        return 0

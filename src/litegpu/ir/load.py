@@ -260,6 +260,12 @@ def model_from_raw(raw: RawModel) -> Model:
     return _Loader(raw).load()
 
 
+def entry_subgraphs(model: Model) -> list[int]:
+    """Subgraphs that are run directly (subgraph 0 and the signatures'); the others run inside an op."""
+    found = [0] + [s.subgraph_index for s in model.signatures]
+    return sorted({i for i in found if 0 <= i < len(model.subgraphs)})
+
+
 def called_subgraphs(op: Operator) -> list[int]:
     """Subgraph indices an op's options refer to (WHILE, IF, CALL_ONCE, composites, ...)."""
     found: list[int] = []

@@ -565,7 +565,7 @@ class CompiledModel:
         directory = self._options.cache_dir
         if not directory:
             return None, {}
-        from ..compile.cache import CompileCache, fingerprint
+        from ..backends.cache import CompileCache, fingerprint
 
         token = self._options.cache_token or _model_fingerprint(self._ir, fingerprint)
         key = {"model_token": token, "litegpu": litegpu_version()}
@@ -577,7 +577,7 @@ class CompiledModel:
         overrides the model's (a rewritten model's entries kept apart)."""
         if self._options.cpu_options.kernels != "fast":
             return {}
-        from ..backends.engine import fast_cpu_engines
+        from ..backends.registry import fast_cpu_engines
 
         key = self._cache_key if cache_key is None else cache_key
         # the whole file only where the partitions run the file as it is (not IREE's float view of it)

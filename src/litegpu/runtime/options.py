@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from ..compile.precision import PRECISIONS, precision_policy
-from ..compile.cache import validate_model_token
+from ..backends.cache import validate_model_token
 from ..compile.float_view import check_quantized_execution
 from ..errors import CacheError, InvalidArgumentError
 

@@ -1,15 +1,14 @@
 """Running a split delegation plan: each partition on its own backend, boundary tensors moved once.
 
-A partition on an XLA target is one ``jax.jit`` program over its op range
-(``XlaBackend`` with ``op_range``), compiled per input shape like a whole
-model; an OPENVINO partition is a sub-model compiled by OpenVINO
-(``backends.openvino``); a LITERT partition is run by the official interpreter
-(``backends.litert``: an entry subgraph, or a part of one as a sub-model); an IREE partition is compiled by IREE for a
-Vulkan or Metal GPU (``backends.iree``; the same lowering as XLA's GPU partitions, over the host weights of the
-CPU state, uploaded once); a REFERENCE partition runs its ops with the numpy kernels.  Between
-partitions, a tensor is placed on the next partition's device (``device_put``,
-or a host copy for numpy) the first time a partition there needs it, and that
-placed copy is reused by every later partition on the same device in the run.
+The runtime keeps the model's own kernels: a partition on an XLA target is one ``jax.jit`` program over its op
+range (``XlaBackend`` with ``op_range``) over the model's device weights (one ``XlaState`` per platform), compiled
+per input shape like a whole model; a REFERENCE partition runs its ops with the numpy kernels.  Any other partition
+is compiled by the engine the plan names (the official interpreter, OpenVINO, IREE...: ``backends.registry``)
+through the engine interface (``backends.engine``): its executable runs, says where its outputs live (``where``),
+places inputs on its own device, and the engine names the kernels that take over a partition it turns out unable
+to compile (``Engine.fallback``); the runtime names no engine.  Between partitions, a tensor is placed on the next
+partition's device (``device_put``, a host copy for numpy, an engine's own upload) the first time a partition
+there needs it, and that placed copy is reused by every later partition on the same device in the run.
 
 XLA dispatch is asynchronous, so GPU partitions queue up without waiting; a
 CPU partition that needs a GPU tensor waits for it there (the host copy is a
@@ -31,13 +30,12 @@ import numpy as np
 
 from .. import ir
 from ..compile import CPU, GPU, DelegationPlan, Partition
+from ..backends.engine import HOST
 from ..errors import EngineCompileError, ModelExecutionError
 from ..ops import Target
-from .tensor_buffer import _is_device_array
+from .tensor_buffer import _is_device_array, _is_engine_device_array
 
 DEFAULT_PLATFORMS = {GPU: "gpu", CPU: "cpu"}
-HOST = "host"
-IREE = "iree"  # where IREE partitions run: its device, which IREE's executables place data on themselves
 
 
 class _ReferenceUnit:
@@ -59,20 +57,33 @@ class _XlaUnit:
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         return self.backend.run(inputs)
 
+    def place(self, value: Any) -> tuple[Any, bool]:
+        """``value`` on this partition's JAX device (``device_put``), and whether that moved it."""
+        device = self.backend.state.device
+        if _is_device_array(value) and device in value.devices():
+            return value, False
+        from ..backends.xla import jax_module
 
-class _OpenVinoUnit:
-    """An OpenVINO partition that hands itself to the exact kernels, with a warning, the first time OpenVINO
-    cannot compile it (its shape inference refuses some graphs TFLite accepts, or a new input shape).  IREE's
-    partitions do the same (``_IreeUnit``): an op IREE cannot compile sends its partition to the CPU."""
+        return jax_module().device_put(value if _is_device_array(value) else np.asarray(value), device), True
 
-    where = HOST
-    name = "openvino"
-    instead = "the exact kernels"
 
-    def __init__(self, executable: Any, exact: Callable[[], Any]):
-        self.executable, self._exact = executable, exact
-        self.op_range = executable.op_range
+class _EngineUnit:
+    """A partition compiled by an engine through the engine interface (``backends.engine``): the official
+    interpreter, OpenVINO, IREE, or whichever engine the registry names.  An engine with a ``fallback`` hands
+    the partition to those kernels, with a warning, the first time it cannot compile it (``prepare``, a run, or
+    a new input shape); one without runs as its executable does, with no layer of our own (a call of a model
+    that runs in microseconds).  Output shapes the executable cannot tell come from tracing the ops under XLA
+    (no compile, no run)."""
+
+    def __init__(self, executable: Any, engine: Any, fallback: Callable[[], Any] | None,
+                 traced: Callable[[], Any], model: ir.Model):
+        self.executable, self.op_range, self.where = executable, executable.op_range, executable.where
+        self.name, self.instead = engine.name, engine.fallback_words
+        self._fallback_unit, self._traced, self.model = fallback, traced, model
         self.fallback: Any = None
+        if fallback is None:
+            self.run = executable.run
+            self.run_arrays = getattr(executable, "run_arrays", None)  # numpy arrays as they are: the straight path
 
     @property
     def engine(self) -> str:
@@ -80,7 +91,7 @@ class _OpenVinoUnit:
 
     def fall_back(self, error: Exception) -> None:
         warnings.warn(f"{error}; this partition runs on {self.instead} instead", RuntimeWarning, stacklevel=3)
-        self.fallback = self._exact()
+        self.fallback = self._fallback_unit()
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         if self.fallback is None:
@@ -90,38 +101,19 @@ class _OpenVinoUnit:
                 self.fall_back(e)
         return self.fallback.run(inputs)
 
-    def output_shapes(self, input_shapes: Any) -> Any:
-        if self.fallback is None:
-            try:
-                return self.executable.output_shapes(input_shapes)
-            except EngineCompileError as e:
-                self.fall_back(e)
-        return None
+    def place(self, value: Any) -> tuple[Any, bool]:
+        return self.executable.place(value)
 
-
-class _IreeUnit(_OpenVinoUnit):
-    """An IREE partition on a Vulkan or Metal GPU; one that IREE cannot compile runs on the CPU instead, with a
-    warning naming IREE's error (the planner refuses what is known not to compile; this catches the rest)."""
-
-    where = IREE
-    name = "iree"
-    instead = "the CPU"
-
-
-class _LiteRtUnit:
-    """A partition on the official interpreter.  Output shapes for new input shapes come from the
-    interpreter itself for a model without signatures, else from tracing the subgraph under XLA (no compile,
-    no run): a signature runner resizes its inputs only while it runs."""
-
-    where = HOST
-
-    def __init__(self, executable: Any, traced: Callable[[], Any], model: ir.Model):
-        self.executable, self.op_range, self._traced, self.model = executable, executable.op_range, traced, model
-        self.run = executable.run  # a call of a model that runs in microseconds: no layer of our own
-        self.run_arrays = executable.run_arrays
-
-    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], Any]]:
-        found = self.executable.output_shapes(input_shapes)
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], Any]] | None:
+        if self.fallback is not None:
+            return None
+        try:
+            found = self.executable.output_shapes(input_shapes)
+        except EngineCompileError as e:
+            if self._fallback_unit is None:
+                raise
+            self.fall_back(e)
+            return None
         if found is not None:
             return found
         sg = self.model.subgraphs[self.op_range.subgraph]
@@ -154,15 +146,12 @@ class PartitionedModel:
         self._signatures: dict[int, PartitionedSignature] = {}
 
     def placement_report(self, platform: str) -> Any:
-        """How the accelerator's weights sit on its device: IREE's uploads where IREE runs the GPU partitions
-        (``backends.iree.IreeState``), else the XLA state's of ``platform``."""
-        engine = self.engines.get("iree") if any(p.target is Target.IREE for p in self.plan.partitions) else None
-        if engine is not None:
-            from ..backends.sharding import PlacementReport
-
-            reports = [state.placement_report() for state in engine.states()]
-            return PlacementReport(1, [w for r in reports for w in r.weights],
-                                   [sum(sum(r.measured_bytes_per_device or [0]) for r in reports)])
+        """How the accelerator's weights sit on its device: the uploads of an engine of the plan that keeps
+        weights on a device of its own (IREE's GPU partitions), else the XLA state's of ``platform``."""
+        for name in dict.fromkeys(p.engine for p in self.plan.partitions):
+            report = self.engines[name].placement_report() if name in self.engines else None
+            if report is not None:
+                return report
         return self.state(platform).placement_report()
 
     def state(self, platform: str) -> Any:
@@ -184,14 +173,15 @@ class PartitionedModel:
         return self._reference
 
     def unit(self, partition: Partition) -> Any:
+        """What runs ``partition``: the runtime's own numpy runner or XLA program over the model's device weights,
+        or the executable of the engine that the plan names."""
         if partition.target is Target.REFERENCE:
             return _ReferenceUnit(self.reference, partition)
-        if partition.target is Target.OPENVINO:
-            return self._openvino_unit(partition)
-        if partition.target is Target.LITERT:
-            return self._litert_unit(partition)
-        if partition.target is Target.IREE:
-            return self._iree_unit(partition)
+        if partition.target in (Target.XLA_CPU, Target.XLA_GPU):
+            return _XlaUnit(self._xla_backend(partition))
+        return self._engine_unit(partition)
+
+    def _xla_backend(self, partition: Partition) -> Any:
         from ..backends.xla import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
@@ -200,58 +190,49 @@ class PartitionedModel:
                              op_range=partition.op_range())
         # The partition's target picks the kernels' rules (GPU), the platform only where they execute.
         backend.target = partition.target
-        return _XlaUnit(backend)
+        return backend
 
-    def _openvino_unit(self, partition: Partition) -> Any:
-        """The partition compiled by OpenVINO for its declared shapes; if OpenVINO converts its ops but cannot
-        compile them together (its shape inference refuses a graph TFLite accepts), the exact kernels run it
-        and a warning says so."""
-        from ..backends.openvino import OpenVinoEngine
+    def engine(self, partition: Partition) -> Any:
+        """The engine of ``partition``: the one the plan asked (it holds what it compiled while planning), else
+        a new one from the registry, made with the settings of the partition's device."""
+        name = partition.engine
+        if name not in self.engines:
+            from ..backends.registry import engine
 
-        engine = self.engines.get("openvino") or OpenVinoEngine()
-        executable = engine.compile(self.model, partition.op_range(), self.engine_settings, self.cache,
-                                              self.cache_key)
-        unit = _OpenVinoUnit(executable, lambda: self._exact_unit(partition))
-        try:
-            executable.prepare()
-        except EngineCompileError as e:
-            unit.fall_back(e)
+            self.engines[name] = engine(name, self._gpu_settings() if partition.accelerator == GPU
+                                        else self.engine_settings)
+        return self.engines[name]
+
+    def _gpu_settings(self) -> Any:
+        return dataclasses.replace(self.engine_settings, precision=self.precision or "fp32")
+
+    def _engine_unit(self, partition: Partition) -> Any:
+        """The partition compiled by its engine: a GPU engine with its own settings, a CPU one with the model's
+        CPU settings; an engine that uploads the host weights itself (IREE) reads them from the model's CPU state,
+        shared with the CPU's XLA partitions."""
+        engine = self.engine(partition)
+        settings = engine.settings if partition.accelerator == GPU else self.engine_settings
+        extra = {"host_state": self.state("cpu")} if engine.shares_host_state else {}
+        executable = engine.compile(self.model, partition.op_range(), settings, self.cache, self.cache_key, **extra)
+        fallback = None if engine.fallback is None else (lambda: self._fallback_unit(partition, engine.fallback))
+        unit = _EngineUnit(executable, engine, fallback, lambda: self._xla_backend(dataclasses.replace(
+            partition, accelerator=CPU, target=Target.XLA_CPU)), self.model)
+        if fallback is not None:
+            try:
+                executable.prepare()
+            except EngineCompileError as e:
+                unit.fall_back(e)
         return unit
 
-    def _iree_unit(self, partition: Partition) -> Any:
-        """The partition on IREE's GPU, traced over the host weights of the CPU state (shared with the CPU's XLA
-        partitions; IREE uploads them to its device once).  Compiled at its first run, once per input shapes."""
-        from ..backends.iree import IreeEngine
+    def _fallback_unit(self, partition: Partition, target: Target) -> Any:
+        """What runs a partition that its engine cannot compile: the same ops on the CPU, by XLA with the op
+        rules of ``target`` (the exact kernels; a GPU partition keeps the GPU's), or numpy where XLA refuses one."""
+        from ..backends.engine import op_reasons
 
-        engine = self.engines.get("iree") or self.engines.setdefault(
-            "iree", IreeEngine(dataclasses.replace(self.engine_settings, precision=self.precision or "fp32")))
-        executable = engine.compile(self.model, partition.op_range(), engine.settings, self.cache, self.cache_key,
-                                    host_state=self.state("cpu"))
-        return _IreeUnit(executable, lambda: self._gpu_ops_on_the_cpu(partition))
-
-    def _gpu_ops_on_the_cpu(self, partition: Partition) -> Any:
-        """What runs a GPU partition that IREE cannot compile: the same program (the GPU's op rules) on XLA's
-        CPU."""
-        return self.unit(dataclasses.replace(partition, accelerator=CPU, target=Target.XLA_GPU))
-
-    def _litert_unit(self, partition: Partition) -> Any:
-        """The partition on the official interpreter: an entry subgraph on the model's one interpreter, a part of
-        one (a split plan) as a sub-model."""
-        from ..backends.litert import LiteRtEngine
-
-        engine = self.engines.get("litert") or self.engines.setdefault("litert", LiteRtEngine(self.engine_settings))
-        executable = engine.compile(self.model, partition.op_range(), self.engine_settings)
-        return _LiteRtUnit(executable, lambda: self.unit(dataclasses.replace(partition, target=Target.XLA_CPU)).backend,
-                           self.model)
-
-    def _exact_unit(self, partition: Partition) -> Any:
-        """What runs an OpenVINO partition that OpenVINO cannot compile: XLA, or numpy where XLA refuses an op."""
-        from ..backends.engine import XlaCpuEngine
-
-        op_range = partition.op_range()
-        if XlaCpuEngine().unsupported(self.model, partition.subgraph_index, op_range.op_indices):
-            return _ReferenceUnit(self.reference, partition)
-        return self.unit(dataclasses.replace(partition, target=Target.XLA_CPU))
+        moved = dataclasses.replace(partition, accelerator=CPU, target=target)
+        if op_reasons(self.model, partition.subgraph_index, partition.op_indices, target):
+            return _ReferenceUnit(self.reference, moved)
+        return self.unit(moved)
 
     def signature(self, subgraph: int) -> "PartitionedSignature":
         if subgraph not in self._signatures:
@@ -270,10 +251,8 @@ class PartitionedModel:
         """Assigning resets every backend's variables (``CompiledModel.reset_all_variables``)."""
         for state in self._states.values():
             state.variables = dict(value)
-        if "litert" in self.engines:
-            self.engines["litert"].reset_variables()
-        if "iree" in self.engines:
-            self.engines["iree"].reset_variables()
+        for engine in self.engines.values():
+            engine.reset_variables()
         if self._reference is not None:
             self._reference.variables.clear()
 
@@ -343,29 +322,22 @@ class PartitionedSignature:
         placed: dict[tuple[int, str], Any] = {}
         self.transfers = 0
         for unit in self.units:
-            args = [self._placed(values, placed, t, unit.where) for t in unit.op_range.inputs]
+            args = [self._placed(values, placed, t, unit) for t in unit.op_range.inputs]
             values.update(zip(unit.op_range.outputs, unit.run(args)))
         return [self._result(values, t) for t in sg.outputs]
 
-    def _placed(self, values: dict[int, Any], placed: dict[tuple[int, str], Any], t: int, where: str) -> Any:
-        """Tensor ``t`` on device ``where``, moved there at most once per run."""
-        key = (t, where)
+    def _placed(self, values: dict[int, Any], placed: dict[tuple[int, str], Any], t: int, unit: Any) -> Any:
+        """Tensor ``t`` where ``unit`` takes it (``unit.where``), moved there at most once per run: on the host a
+        numpy array; elsewhere as the unit places it (a JAX device, an engine's own device)."""
+        key = (t, unit.where)
         if key not in placed:
             value = values[t]
-            if where == HOST:
+            if unit.where == HOST:
                 self.transfers += _on_a_device(value)
                 placed[key] = np.asarray(value)
-            elif where == IREE:  # IREE's executable keeps its own arrays on its device and uploads the rest
-                self.transfers += not _is_iree_array(value)
-                placed[key] = value if _is_iree_array(value) else np.asarray(value)
             else:
-                from ..backends.xla import jax_module
-
-                device = self.owner.state(where).device
-                if not (_is_device_array(value) and device in value.devices()):
-                    self.transfers += 1
-                    value = jax_module().device_put(value if _is_device_array(value) else np.asarray(value), device)
-                placed[key] = value
+                placed[key], moved = unit.place(value)
+                self.transfers += moved
         return placed[key]
 
     def _result(self, values: dict[int, Any], t: int) -> Any:
@@ -395,10 +367,5 @@ class PartitionedSignature:
         self.owner.variables = {}
 
 
-def _is_iree_array(value: Any) -> bool:
-    """A result left on IREE's device (``backends.iree.IreeArray``), without importing IREE when nobody has."""
-    return type(value).__name__ == "IreeArray" and type(value).__module__.endswith("backends.iree")
-
-
 def _on_a_device(value: Any) -> bool:
-    return _is_device_array(value) or _is_iree_array(value)
+    return _is_device_array(value) or _is_engine_device_array(value)

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from litegpu.compile.cache import CompileCache, fingerprint, make_key, validate_model_token
+from litegpu.backends.cache import CompileCache, fingerprint, make_key, validate_model_token
 from litegpu.errors import CacheError
 
 KEY = make_key({"model": "m", "shape": [1, 2]})
@@ -124,7 +124,7 @@ def test_fingerprint_streams_and_distinguishes():
 def test_two_processes_filling_the_same_cache_both_succeed(tmp_path):
     script = textwrap.dedent(f"""
         import sys
-        from litegpu.compile.cache import CompileCache, make_key
+        from litegpu.backends.cache import CompileCache, make_key
         cache = CompileCache({str(tmp_path)!r})
         for i in range(50):
             key = make_key({{"i": i % 5}})
