@@ -139,3 +139,23 @@ def test_float_exp_is_bit_exact():
         assert same.all(), (name, int((~same).sum()), x[~same][:5])
     fast = run_ours(model, [x], True)[0]  # XLA's exp elsewhere: an ulp or so away (and subnormals flushed)
     np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-37)
+
+
+@pytest.mark.parametrize("op", ["SIN", "COS"])
+def test_float_sin_and_cos_are_bit_exact(op):
+    """SIN / COS are std::sin / std::cos per element: glibc's sinf / cosf (RoPE's angles in LLMs, whose ulps the
+    hybrid layers after them can turn into int8 quantization steps); both range reductions (below and above 120)."""
+    from oracle import run_official, run_ours, run_ours_builtin
+    from litegpu.ir.save import to_bytes
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-130, 130, 40000), rng.uniform(-1, 1, 4000), rng.uniform(-1e6, 1e6, 6000),
+                        [0, -0.0, 1e-45, -1e-40, 2 ** -12, np.inf, -np.inf, np.nan, 119.99, 120, -120, 3e38]])
+    x = x.astype(np.float32)
+    model, _ = one_op_model(op, [x], [(x.shape, "float32")])
+    want = run_official(to_bytes(model), [x])[0]
+    for name, got in (("reference", run_ours(model, [x], False)[0]), ("xla builtin", run_ours_builtin(model, [x])[0])):
+        same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), (name, int((~same).sum()), x[~same][:5])
+    small = np.abs(x) < 1e4  # XLA's own sin / cos elsewhere: an ulp or so away where the reduction is easy
+    fast = run_ours(model, [x], True)[0]
+    np.testing.assert_allclose(fast[small], want[small], rtol=1e-5, atol=1e-6)

@@ -249,3 +249,89 @@ def eigen_exp64(ctx: Any, x: Any) -> Any:
     """``array.exp()`` of a contiguous float32 tensor (SOFTMAX's exponential), float64 on the float32 grid:
     Eigen's packets, then ``std::exp`` (glibc's expf) on the last n % 4 elements."""
     return _packet_and_tail(ctx, x, lambda v: _eigen_exp_packets64(ctx, v), lambda v: glibc_expf64(ctx, v))
+
+
+# --- glibc sinf / cosf --------------------------------------------------------------------------------------
+# SIN and COS are std::sin / std::cos per element (elementwise.cc): glibc's sinf / cosf, evaluated in double
+# (range reduction by n pi/2 below 120, by a 192-bit 4/pi table above, then a polynomial).  glibc's FMA variant
+# is matched by splitting pi/2 so that x - n pi/2 is exact and rounding every other product: equal to this
+# machine's glibc 2.36 on every float32 below 120 and on every 16th above.
+
+_HALF_PI = float.fromhex("0x1.921FB54442D18p0")
+_HALF_PI_INV_2_24 = float.fromhex("0x1.45F306DC9C883p+23")  # 2/pi * 2^24
+_PI_2_M62 = float.fromhex("0x1.921FB54442D18p-62")         # 2pi * 2^-64
+_COS_POLY = tuple(float.fromhex(c) for c in ("0x1p0", "-0x1.ffffffd0c621cp-2", "0x1.55553e1068f19p-5",
+                                             "-0x1.6c087e89a359dp-10", "0x1.99343027bf8c3p-16"))
+_SIN_POLY = tuple(float.fromhex(c) for c in ("-0x1.555545995a603p-3", "0x1.1107605230bc4p-7",
+                                             "-0x1.994eb3774cf24p-13"))
+_INV_PIO4 = np.array([
+    0xa2, 0xa2f9, 0xa2f983, 0xa2f9836e, 0xf9836e4e, 0x836e4e44, 0x6e4e4415, 0x4e441529,
+    0x441529fc, 0x1529fc27, 0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0,
+    0x34ddc0db, 0xddc0db62, 0xc0db6295, 0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041], np.uint64)
+
+
+def _split_half_pi() -> tuple[float, float]:
+    bits = np.array([_HALF_PI], f64).view(np.int64)[0] & ~np.int64((1 << 8) - 1)
+    hi = float(np.array([bits], np.int64).view(f64)[0])  # 45 significant bits: n * hi is exact for n < 2^8
+    return hi, _HALF_PI - hi
+
+
+_HALF_PI_HI, _HALF_PI_LO = _split_half_pi()
+
+
+def _abstop12(value: float) -> int:
+    return int((np.array([value], f32).view(np.uint32)[0] >> 20) & 0x7ff)
+
+
+def _bits(ctx: Any, x: Any, dtype: Any) -> Any:
+    return x.view(dtype) if ctx.lax is None else ctx.lax.bitcast_convert_type(x, dtype)
+
+
+def _reduce_large(ctx: Any, xi: Any) -> tuple[Any, Any]:
+    """glibc's reduce_large: (x mod pi/2 as double, quadrant) from the float's bits, in 64-bit integers."""
+    xp = ctx.xp
+    xi = xi.astype(xp.uint64)
+    table = xp.asarray(_INV_PIO4)
+    index = ((xi >> 26) & 15).astype(xp.int32)
+    mantissa = ((xi & 0xffffff) | 0x800000) << ((xi >> 23) & 7)
+    res0 = (mantissa * xp.take(table, index)) & 0xffffffff
+    res1 = mantissa * xp.take(table, index + 4)
+    res2 = mantissa * xp.take(table, index + 8)
+    res0 = ((res2 >> 32) | (res0 << 32)) + res1
+    n = (res0 + (1 << 61)) >> 62
+    res0 = res0 - (n << 62)
+    return _bits(ctx, res0, xp.int64).astype(xp.float64) * _PI_2_M62, n.astype(xp.int32)
+
+
+def glibc_sincosf(ctx: Any, x: Any, cosine: bool) -> Any:
+    """glibc's ``sinf`` (or ``cosf``) of float32 ``x``, float32."""
+    xp, r_ = ctx.xp, (lambda v: _rounded(ctx, v))
+    with np.errstate(all="ignore"):
+        bits = _bits(ctx, x, xp.uint32)
+        top = (bits >> 20) & 0x7ff
+        xd = x.astype(xp.float64)
+        small = top < _abstop12(float(np.float32(float.fromhex("0x1.921FB6p-1"))))
+        medium = ~small & (top < _abstop12(120.0))
+        # |x| < 120: n = round(x 2/pi) by glibc's scaled truncation, x - n pi/2 exactly
+        xm = xp.where(medium, xd, 0.0)
+        n_medium = ((r_(xm * _HALF_PI_INV_2_24)).astype(xp.int32) + 0x800000) >> 24
+        reduced = (xm - n_medium.astype(xp.float64) * _HALF_PI_HI) - r_(n_medium.astype(xp.float64) * _HALF_PI_LO)
+        large_x, n_large = _reduce_large(ctx, bits)
+        negative = (bits >> 31).astype(xp.int32)
+        quadrant = xp.where(small, 0, xp.where(medium, n_medium, n_large))        # picks the polynomial
+        signs = xp.where(small, 0, xp.where(medium, n_medium, n_large + negative))  # sign and table
+        r = xp.where(small, xd, xp.where(medium, reduced, large_x))
+        r = xp.where((signs & 3) == 1, -r, xp.where((signs & 3) == 2, -r, r))      # sign[4] = {1, -1, -1, 1}
+        r2 = r * r
+        s1, s2, s3 = _SIN_POLY
+        r3 = r * r2
+        sine = (r + r_(r3 * s1)) + r_((r3 * r2) * (s2 + r_(r2 * s3)))
+        c0, c1, c2, c3, c4 = _COS_POLY
+        r4 = r2 * r2
+        cos = ((c0 + r_(r2 * c1)) + r_(r4 * c2)) + r_((r4 * r2) * (c3 + r_(r2 * c4)))
+        cos = xp.where((signs & 2) != 0, -cos, cos)  # the second table: the negated cosine polynomial
+        use_cos = ((quadrant ^ 1) & 1) != 0 if cosine else (quadrant & 1) != 0
+        y = xp.where(use_cos, cos, sine).astype(xp.float32)
+        tiny = top < _abstop12(2.0 ** -12)
+        y = xp.where(tiny, xp.ones_like(x) if cosine else x, y)
+        return xp.where(top >= 0x7f8, xp.full_like(x, np.nan), y)

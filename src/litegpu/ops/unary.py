@@ -327,11 +327,21 @@ class Sin(_Unary):
     def apply(self, xp, x):
         return xp.sin(x)
 
+    def compute(self, ctx, x):
+        if ctx.official_float_order and x.dtype == np.float32:  # std::sin: glibc's sinf, bit for bit (RoPE)
+            return official_math.glibc_sincosf(ctx, x, cosine=False)
+        return super().compute(ctx, x)
+
 
 @register("COS")
 class Cos(_Unary):
     def apply(self, xp, x):
         return xp.cos(x)
+
+    def compute(self, ctx, x):
+        if ctx.official_float_order and x.dtype == np.float32:  # std::cos: glibc's cosf, bit for bit (RoPE)
+            return official_math.glibc_sincosf(ctx, x, cosine=True)
+        return super().compute(ctx, x)
 
 
 @register("FLOOR")
