@@ -156,6 +156,5 @@ def test_float_sin_and_cos_are_bit_exact(op):
     for name, got in (("reference", run_ours(model, [x], False)[0]), ("xla builtin", run_ours_builtin(model, [x])[0])):
         same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
         assert same.all(), (name, int((~same).sum()), x[~same][:5])
-    small = np.abs(x) < 1e4  # XLA's own sin / cos elsewhere: an ulp or so away where the reduction is easy
-    fast = run_ours(model, [x], True)[0]
-    np.testing.assert_allclose(fast[small], want[small], rtol=1e-5, atol=1e-6)
+    fast = run_ours(model, [x], True)[0]  # XLA's own sin / cos, in BUILTIN mode too: glibc's bits (measured)
+    assert ((fast.view(np.int32) == want.view(np.int32)) | (np.isnan(fast) & np.isnan(want))).all()
