@@ -318,6 +318,20 @@ class _XlaRunner(_PolicyRunner):
         """Read by the ops (``OpContext.official_float_order``)."""
         return self.state.official_float_order
 
+    def _as_output(self, t: Tensor, value: Any, target: Target) -> Any:  # type: ignore[override]
+        value = super()._as_output(t, value, target)
+        if self.state.official_float_order and target is not Target.REFERENCE and t.dtype == "float32":
+            # The builtin kernels store every op's output, rounded: XLA CPU would otherwise contract a multiply
+            # at the end of one op into an add at the start of the next (a hybrid FULLY_CONNECTED's scaling
+            # into the residual ADD after it: an ulp, which the next layer's int8 row quantization can turn
+            # into a quantization step).
+            import jax.numpy as jnp
+            from jax import lax
+
+            if getattr(value, "dtype", None) == np.float32:
+                value = lax.select(lax.ne(value, value), jnp.full_like(value, np.nan), value)
+        return value
+
     def _param(self, sg: Subgraph, index: int) -> Any:
         if index in self._block_weights:
             return self._block_weights[index]

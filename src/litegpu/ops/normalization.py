@@ -48,9 +48,30 @@ class Softmax(Op):
         if ctx.input(0).dtype == "int16":
             _require_rank(ctx, x, 1, 4)  # the official int16 kernel's limit
             return _softmax_int16(ctx, xp, x)
+        if ctx.official_float_order and x.dtype == np.float32 and x.size:
+            return _official_float_softmax(ctx, x)
         shifted = (x - xp.max(x, axis=-1, keepdims=True)) * xp.asarray(ctx.options.beta, x.dtype)
         e = xp.exp(shifted)
         return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def _official_float_softmax(ctx: OpContext, x: Any) -> Any:
+    """optimized_ops::Softmax (float32, one thread), bit for bit: ``(x - max) * beta`` in float32, Eigen's
+    ``exp()`` over the whole tensor (packets, then glibc's expf on the last n % 4 elements), each row summed
+    in Eigen's vectorized order (``reduce._eigen_row_sums``, as MEAN), ``1 / sum`` and one product per element.
+    The exponentials can be subnormal: they and the products stay in float64 on the float32 grid."""
+    from . import _official_math as official_math
+    from .reduce import _eigen_row_sums
+
+    xp = ctx.xp
+    with np.errstate(all="ignore"):
+        shifted = (x - xp.max(x, axis=-1, keepdims=True)) * xp.asarray(np.float32(ctx.options.beta))
+    e = official_math.eigen_exp64(ctx, shifted)
+    rows = xp.reshape(e.astype(xp.float32), (-1, x.shape[-1]))
+    total = xp.reshape(_eigen_row_sums(ctx, rows), x.shape[:-1] + (1,))
+    scale = fp.divide_f32_exactly(xp, np.float32(1), total).astype(xp.float64)
+    with np.errstate(all="ignore"):
+        return official_math._to_f32(ctx, official_math._f32_grid(ctx, e * scale))
 
 
 def _softmax_exp_table(input_scale: float, beta: float) -> np.ndarray:

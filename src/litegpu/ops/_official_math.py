@@ -1,0 +1,337 @@
+"""The builtin kernels' float32 LOGISTIC, TANH, EXP and SOFTMAX exponential, bit for bit.
+
+What the official x86-64 wheel (ai-edge-litert) computes, measured against it on every float32 of the ranges
+that matter and on edge values (0, subnormals, +-inf, NaN, the clamps):
+
+- Eigen is compiled for SSE: 4-float packets, no FMA (every product rounded before the add).  An element-wise
+  Eigen expression over a contiguous tensor runs its packet function on the first ``n // 4 * 4`` elements and
+  its scalar function on the last ``n % 4`` (tensors start 64-byte aligned in the official arena, so there is
+  no unaligned head).
+- LOGISTIC (optimized_ops::Logistic, ``scalar_logistic_op<float>``): packets clamp x at 16.6355324, halve it,
+  exponentiate with a degree-5 Cephes polynomial, square, and return ``e / (1 + e)`` (0 below -104); the
+  scalar tail is ``e = expf(min(x, 16.6355324)); e / (1 + e)``.
+- TANH (optimized_ops::Tanh, Eigen's fast ``ptanh_float``, the same for packets and scalars): x clamped to
+  +-7.90738964 (the value without FMA), ``(x + x^3 p(x^2)) / q(x^2)`` with a [9/8] rational approximation.
+- EXP (reference_ops::Exp: ``std::exp`` per element): glibc's ``expf`` (a 32-entry table of 2^(k/32) and a
+  cubic in double precision).  Its FMA variant is matched bit for bit by the double-precision evaluation below,
+  which splits 1/ln2 so that the reduction ``x/ln2*32 - k`` is exact (checked on all 2.2e9 floats in
+  (-103.97, 88.72) against this machine's glibc 2.36).
+- SOFTMAX's exponential (optimized_ops::Softmax: ``out_mat.array().exp()``): Eigen's ``pexp_float`` of the
+  release the wheel was built with (``floor(x log2(e) + 1/2)``, Cephes' two-part ln 2, a degree-6 polynomial,
+  ``pldexp``); later Eigen releases round a handful of inputs differently (e.g. -25.993019f).
+
+XLA on the CPU flushes subnormal float32 results to zero and may contract a multiply and an add into one fused
+multiply-add: the float32 steps go through ``_rounded`` (no contraction), and every step whose result can be
+subnormal is computed in float64 and rounded to the float32 grid by hand (``_f32_grid``), the output built
+from its bits (``_to_f32``).  Elsewhere than ``OpContext.official_float_order`` the ops keep XLA's own forms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .reduce import _rounded
+
+PACKET = 4  # SSE: float32 packets of 4
+f32, f64 = np.float32, np.float64
+
+
+def _packet_and_tail(ctx: Any, x: Any, packet_fn: Any, scalar_fn: Any) -> Any:
+    """``packet_fn`` on the flat tensor's first n // 4 * 4 elements, ``scalar_fn`` on the rest."""
+    xp = ctx.xp
+    flat = xp.reshape(x, (-1,))
+    n = flat.shape[0]
+    if n == 0:
+        return x
+    split = n // PACKET * PACKET
+    parts = ([packet_fn(flat[:split])] if split else []) + ([scalar_fn(flat[split:])] if split < n else [])
+    out = parts[0] if len(parts) == 1 else xp.concatenate(parts)
+    return xp.reshape(out, x.shape)
+
+
+def _f32_grid(ctx: Any, v: Any) -> Any:
+    """float64 ``v`` rounded to the nearest float32 (subnormals included, ties to even), kept in float64."""
+    if ctx.lax is None:
+        with np.errstate(all="ignore"):
+            return v.astype(f32).astype(f64)
+    xp, lax = ctx.xp, ctx.lax
+    normal = lax.reduce_precision(v, exponent_bits=8, mantissa_bits=23)  # flushes float32's subnormals
+    tiny = xp.abs(v) < 2.0 ** -126
+    steps = lax.round(xp.where(tiny, v, 0.0) * 2.0 ** 149, lax.RoundingMethod.TO_NEAREST_EVEN)
+    return xp.where(tiny, steps * 2.0 ** -149, normal)
+
+
+def _to_f32(ctx: Any, v: Any) -> Any:
+    """float64 values on the float32 grid (``_f32_grid``) as float32, subnormals built from their bits."""
+    if ctx.lax is None:
+        return v.astype(f32)
+    xp, lax = ctx.xp, ctx.lax
+    tiny = xp.abs(v) < 2.0 ** -126
+    steps = xp.where(tiny, xp.abs(v) * 2.0 ** 149, 0.0).astype(xp.int32)
+    bits = xp.where(xp.signbit(v), steps | np.int32(-2 ** 31), steps)
+    return xp.where(tiny, lax.bitcast_convert_type(bits, xp.float32), v.astype(xp.float32))
+
+
+def _pow2_f64(ctx: Any, m: Any) -> Any:
+    """2^m as float64 for integer-valued m in [-1022, 1023] (built from its bits, exactly)."""
+    xp = ctx.xp
+    biased = (m.astype(xp.int64) + 1023) << 52
+    if ctx.lax is None:
+        return biased.view(f64)
+    return ctx.lax.bitcast_convert_type(biased, xp.float64)
+
+
+def _divide_on_grid(ctx: Any, a: Any, b: Any) -> Any:
+    """float32 a / b (both float64 on the float32 grid) correctly rounded, subnormal quotients included:
+    53 bits are enough for a double-rounded quotient to equal the float32 one."""
+    with np.errstate(all="ignore"):
+        return _f32_grid(ctx, a / b)
+
+
+# --- glibc expf -------------------------------------------------------------------------------------------
+
+_EXP2F_TABLE = np.array([
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540], np.uint64).view(np.int64)
+_INV_LN2_32 = float.fromhex("0x1.71547652b82fep+0") * 32
+_EXPF_POLY = (float.fromhex("0x1.c6af84b912394p-5") / 32 ** 3, float.fromhex("0x1.ebfce50fac4f3p-3") / 32 ** 2,
+              float.fromhex("0x1.62e42ff0c52d6p-1") / 32)
+_EXPF_OVERFLOW = float(float.fromhex("0x1.62e42ep6"))    # above: +inf
+_EXPF_UNDERFLOW = float(float.fromhex("-0x1.9fe368p6"))  # below: 0
+
+
+def _split_inv_ln2() -> tuple[float, float]:
+    bits = np.array([_INV_LN2_32], f64).view(np.int64)[0] & ~np.int64((1 << 24) - 1)
+    hi = float(np.array([bits], np.int64).view(f64)[0])  # 29 significant bits: hi * x is exact
+    return hi, _INV_LN2_32 - hi
+
+
+_INV_LN2_32_HI, _INV_LN2_32_LO = _split_inv_ln2()
+
+
+def glibc_expf64(ctx: Any, x: Any) -> Any:
+    """glibc's ``expf`` of float32 ``x`` (any shape), as float64 on the float32 grid."""
+    xp, r_ = ctx.xp, (lambda v: _rounded(ctx, v))
+    xd = x.astype(xp.float64)
+    finite = xp.clip(xp.where(xp.isfinite(xd), xd, 0.0), -200.0, 200.0)  # beyond: the selects at the end
+    z = r_(_INV_LN2_32 * finite)
+    kd = xp.round(z) if ctx.lax is None else ctx.lax.round(z, ctx.lax.RoundingMethod.TO_NEAREST_EVEN)
+    # the reduction z - k with z exact: glibc's FMA variant computes InvLn2N * x - kd in one rounding
+    r = (r_(_INV_LN2_32_HI * finite) - kd) + r_(_INV_LN2_32_LO * finite)
+    k = kd.astype(xp.int64)
+    t = xp.take(xp.asarray(_EXP2F_TABLE), k & 31) + (k << 47)
+    s = t.view(f64) if ctx.lax is None else ctx.lax.bitcast_convert_type(t, xp.float64)
+    c0, c1, c2 = _EXPF_POLY
+    p = r_(c0 * r) + c1
+    r2 = r * r
+    y = r_(c2 * r) + 1.0
+    y = r_(p * r2) + y
+    y = _f32_grid(ctx, y * s)
+    y = xp.where(xd > _EXPF_OVERFLOW, np.inf, xp.where(xd < _EXPF_UNDERFLOW, 0.0, y))
+    return xp.where(xp.isnan(xd), xd, y)
+
+
+def glibc_expf(ctx: Any, x: Any) -> Any:
+    """The EXP kernel (reference_ops::Exp): glibc's ``expf`` of every element, float32."""
+    return _to_f32(ctx, glibc_expf64(ctx, x))
+
+
+# --- Eigen's float32 packet functions (SSE, no FMA) ---------------------------------------------------------
+
+def _nan_min(xp: Any, x: Any, bound: float) -> Any:
+    """pmin(x, bound) as Eigen's SSE packets compute it (NaN stays NaN)."""
+    return xp.where(xp.isnan(x), x, xp.minimum(x, f32(bound)))
+
+
+_LOGISTIC_EXP_HI = 16.6355324  # "the first point where the interpolant is exactly one"
+_LOGISTIC_POLY = (4.1898667812347412109375e-2, 0.49999141693115234375,       # even: p4, p2
+                  8.33471305668354034423828125e-3, 0.16666877269744873046875)  # odd: p5, p3
+_LOG2E, _LN2_C1, _LN2_C2 = 1.44269504088896341, -0.693359375, 2.12194440e-4
+
+
+def _logistic_packets(ctx: Any, x: Any) -> Any:
+    """scalar_logistic_op<float>::packetOp: exp(x / 2) squared, then e / (1 + e); 0 below -104."""
+    xp, r_ = ctx.xp, (lambda v: _rounded(ctx, v))
+    with np.errstate(all="ignore"):
+        h = _nan_min(xp, x, _LOGISTIC_EXP_HI) * f32(0.5)
+        m = xp.floor(r_(h * f32(_LOG2E)) + f32(0.5))
+        r = r_(m * f32(_LN2_C1)) + h
+        r = r_(m * f32(_LN2_C2)) + r
+        r2 = r * r
+        p4, p2, p5, p3 = (f32(c) for c in _LOGISTIC_POLY)
+        even = r_(r2 * p4) + p2
+        odd = r_(r2 * p5) + p3
+        p = r_(r * odd) + even
+        p = r_(r2 * p) + (r + f32(1))
+        # exp(h) = p * 2^m (exact: m >= -75), squared in float64 (the square can be subnormal)
+        m = xp.where(xp.isnan(m), f32(0), m)
+        e = p.astype(xp.float64) * _pow2_f64(ctx, m)
+        e2 = _f32_grid(ctx, e * e)
+        y = _divide_on_grid(ctx, e2, _f32_grid(ctx, 1.0 + e2))
+        y = xp.where(x < f32(-104), 0.0, y)
+        return _to_f32(ctx, xp.where(xp.isnan(x), x.astype(xp.float64), y))
+
+
+def _logistic_scalars(ctx: Any, x: Any) -> Any:
+    """scalar_logistic_op<float>::operator(): e = expf(min(x, 16.6355324)); e / (1 + e)."""
+    e = glibc_expf64(ctx, _nan_min(ctx.xp, x, _LOGISTIC_EXP_HI))
+    with np.errstate(all="ignore"):
+        return _to_f32(ctx, _divide_on_grid(ctx, e, _f32_grid(ctx, 1.0 + e)))
+
+
+def logistic(ctx: Any, x: Any) -> Any:
+    """optimized_ops::Logistic on float32: Eigen's packets, then its scalar function on the last n % 4."""
+    return _packet_and_tail(ctx, x, lambda v: _logistic_packets(ctx, v), lambda v: _logistic_scalars(ctx, v))
+
+
+_TANH_CLAMP = 7.90738964080810547  # without FMA (8.01773357 with)
+_TANH_ALPHA = (1.394553628e-8, 2.102733560e-5, 3.520756727e-3, 1.340216100e-1)
+_TANH_BETA = (8.015776984e-7, 3.326951409e-4, 2.597254514e-2, 4.673548340e-1, 1.0)
+
+
+def tanh(ctx: Any, x: Any) -> Any:
+    """optimized_ops::Tanh on float32: Eigen's fast ptanh_float (packets and scalars alike)."""
+    xp, r_ = ctx.xp, (lambda v: _rounded(ctx, v))
+    with np.errstate(all="ignore"):
+        c = _TANH_CLAMP
+        v = xp.where(xp.isnan(x), x, xp.clip(x, f32(-c), f32(c)))
+        x2 = v * v
+        x3 = x2 * v
+        p = f32(_TANH_ALPHA[0])
+        for a in _TANH_ALPHA[1:]:
+            p = r_(p * x2) + f32(a)
+        q = f32(_TANH_BETA[0])
+        for b in _TANH_BETA[1:]:
+            q = r_(q * x2) + f32(b)
+        p = r_(x3 * p) + v
+        y = _to_f32(ctx, _divide_on_grid(ctx, p.astype(xp.float64), q.astype(xp.float64)))
+        # below 2^-20 the official result is x itself, subnormals too (which XLA's arithmetic would flush)
+        return xp.where(xp.abs(x) < f32(2.0 ** -20), x, y)
+
+
+_EXP_HI, _EXP_LO = 88.723, -104.0
+_EXP_POLY = (1.37449637986719608306884765625e-3, 4.166965186595916748046875e-2,  # even: p6, p4
+             8.36894474923610687255859375e-3, 0.16666518151760101318359375,     # odd: p5, p3
+             0.49999988079071044921875)                                         # p2
+
+
+def _eigen_exp_packets64(ctx: Any, x: Any) -> Any:
+    """pexp_float<Packet4f, IsFinite=false>, as float64 on the float32 grid."""
+    xp, r_ = ctx.xp, (lambda v: _rounded(ctx, v))
+    with np.errstate(all="ignore"):
+        v = _nan_min(xp, x, _EXP_HI)
+        m = xp.floor(r_(v * f32(_LOG2E)) + f32(0.5))
+        r = r_(m * f32(_LN2_C1)) + v
+        r = r_(m * f32(_LN2_C2)) + r
+        r2 = r * r
+        p6, p4, p5, p3, p2 = (f32(c) for c in _EXP_POLY)
+        even = r_(r2 * p6) + p4
+        odd = r_(r2 * p5) + p3
+        even = r_(r2 * even) + p2
+        y = r_(r * odd) + even
+        y = r_(r2 * y) + (r + f32(1))
+        m = xp.where(xp.isfinite(m), m, f32(0))
+        # pldexp: y * 2^m rounded once (subnormal and infinite results included)
+        e = _f32_grid(ctx, y.astype(xp.float64) * _pow2_f64(ctx, m))
+        e = xp.where(x < f32(_EXP_LO), 0.0, xp.where(x == np.inf, np.inf, e))
+        return xp.where(xp.isnan(x), x.astype(xp.float64), e)
+
+
+def eigen_exp64(ctx: Any, x: Any) -> Any:
+    """``array.exp()`` of a contiguous float32 tensor (SOFTMAX's exponential), float64 on the float32 grid:
+    Eigen's packets, then ``std::exp`` (glibc's expf) on the last n % 4 elements."""
+    return _packet_and_tail(ctx, x, lambda v: _eigen_exp_packets64(ctx, v), lambda v: glibc_expf64(ctx, v))
+
+
+# --- glibc sinf / cosf --------------------------------------------------------------------------------------
+# SIN and COS are std::sin / std::cos per element (elementwise.cc): glibc's sinf / cosf, evaluated in double
+# (range reduction by n pi/2 below 120, by a 192-bit 4/pi table above, then a polynomial).  glibc's FMA variant
+# is matched by splitting pi/2 so that x - n pi/2 is exact and rounding every other product: equal to this
+# machine's glibc 2.36 on every float32 below 120 and on every 16th above.
+
+_HALF_PI = float.fromhex("0x1.921FB54442D18p0")
+_HALF_PI_INV_2_24 = float.fromhex("0x1.45F306DC9C883p+23")  # 2/pi * 2^24
+_PI_2_M62 = float.fromhex("0x1.921FB54442D18p-62")         # 2pi * 2^-64
+_COS_POLY = tuple(float.fromhex(c) for c in ("0x1p0", "-0x1.ffffffd0c621cp-2", "0x1.55553e1068f19p-5",
+                                             "-0x1.6c087e89a359dp-10", "0x1.99343027bf8c3p-16"))
+_SIN_POLY = tuple(float.fromhex(c) for c in ("-0x1.555545995a603p-3", "0x1.1107605230bc4p-7",
+                                             "-0x1.994eb3774cf24p-13"))
+_INV_PIO4 = np.array([
+    0xa2, 0xa2f9, 0xa2f983, 0xa2f9836e, 0xf9836e4e, 0x836e4e44, 0x6e4e4415, 0x4e441529,
+    0x441529fc, 0x1529fc27, 0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0,
+    0x34ddc0db, 0xddc0db62, 0xc0db6295, 0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041], np.uint64)
+
+
+def _split_half_pi() -> tuple[float, float]:
+    bits = np.array([_HALF_PI], f64).view(np.int64)[0] & ~np.int64((1 << 8) - 1)
+    hi = float(np.array([bits], np.int64).view(f64)[0])  # 45 significant bits: n * hi is exact for n < 2^8
+    return hi, _HALF_PI - hi
+
+
+_HALF_PI_HI, _HALF_PI_LO = _split_half_pi()
+
+
+def _abstop12(value: float) -> int:
+    return int((np.array([value], f32).view(np.uint32)[0] >> 20) & 0x7ff)
+
+
+def _bits(ctx: Any, x: Any, dtype: Any) -> Any:
+    return x.view(dtype) if ctx.lax is None else ctx.lax.bitcast_convert_type(x, dtype)
+
+
+def _reduce_large(ctx: Any, xi: Any) -> tuple[Any, Any]:
+    """glibc's reduce_large: (x mod pi/2 as double, quadrant) from the float's bits, in 64-bit integers."""
+    xp = ctx.xp
+    xi = xi.astype(xp.uint64)
+    table = xp.asarray(_INV_PIO4)
+    index = ((xi >> 26) & 15).astype(xp.int32)
+    mantissa = ((xi & 0xffffff) | 0x800000) << ((xi >> 23) & 7)
+    res0 = (mantissa * xp.take(table, index)) & 0xffffffff
+    res1 = mantissa * xp.take(table, index + 4)
+    res2 = mantissa * xp.take(table, index + 8)
+    res0 = ((res2 >> 32) | (res0 << 32)) + res1
+    n = (res0 + (1 << 61)) >> 62
+    res0 = res0 - (n << 62)
+    return _bits(ctx, res0, xp.int64).astype(xp.float64) * _PI_2_M62, n.astype(xp.int32)
+
+
+def glibc_sincosf(ctx: Any, x: Any, cosine: bool) -> Any:
+    """glibc's ``sinf`` (or ``cosf``) of float32 ``x``, float32."""
+    xp, r_ = ctx.xp, (lambda v: _rounded(ctx, v))
+    with np.errstate(all="ignore"):
+        bits = _bits(ctx, x, xp.uint32)
+        top = (bits >> 20) & 0x7ff
+        xd = x.astype(xp.float64)
+        small = top < _abstop12(float(np.float32(float.fromhex("0x1.921FB6p-1"))))
+        medium = ~small & (top < _abstop12(120.0))
+        # |x| < 120: n = round(x 2/pi) by glibc's scaled truncation, x - n pi/2 exactly
+        xm = xp.where(medium, xd, 0.0)
+        n_medium = ((r_(xm * _HALF_PI_INV_2_24)).astype(xp.int32) + 0x800000) >> 24
+        reduced = (xm - n_medium.astype(xp.float64) * _HALF_PI_HI) - r_(n_medium.astype(xp.float64) * _HALF_PI_LO)
+        large_x, n_large = _reduce_large(ctx, bits)
+        negative = (bits >> 31).astype(xp.int32)
+        quadrant = xp.where(small, 0, xp.where(medium, n_medium, n_large))        # picks the polynomial
+        signs = xp.where(small, 0, xp.where(medium, n_medium, n_large + negative))  # sign and table
+        r = xp.where(small, xd, xp.where(medium, reduced, large_x))
+        r = xp.where((signs & 3) == 1, -r, xp.where((signs & 3) == 2, -r, r))      # sign[4] = {1, -1, -1, 1}
+        r2 = r * r
+        s1, s2, s3 = _SIN_POLY
+        r3 = r * r2
+        sine = (r + r_(r3 * s1)) + r_((r3 * r2) * (s2 + r_(r2 * s3)))
+        c0, c1, c2, c3, c4 = _COS_POLY
+        r4 = r2 * r2
+        cos = ((c0 + r_(r2 * c1)) + r_(r4 * c2)) + r_((r4 * r2) * (c3 + r_(r2 * c4)))
+        cos = xp.where((signs & 2) != 0, -cos, cos)  # the second table: the negated cosine polynomial
+        use_cos = ((quadrant ^ 1) & 1) != 0 if cosine else (quadrant & 1) != 0
+        y = xp.where(use_cos, cos, sine).astype(xp.float32)
+        tiny = top < _abstop12(2.0 ** -12)
+        y = xp.where(tiny, xp.ones_like(x) if cosine else x, y)
+        return xp.where(top >= 0x7f8, xp.full_like(x, np.nan), y)
