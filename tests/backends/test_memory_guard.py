@@ -1,6 +1,7 @@
 """The memory guard (issue 18): a run that needs more memory than the process can still get ends in an
 ``OutOfMemoryError`` (a ``LiteGpuError``) naming the model, signature and bytes, never in an abort."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -129,6 +130,9 @@ def test_a_model_past_the_address_space_limit_ends_in_a_clear_error(guard):
     assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     assert done.stdout.startswith("OutOfMemoryError: <memory>: signature 'big'"), done.stdout
     if guard == "1":
-        assert "needs 3.35 GiB" in done.stdout and "RLIMIT_AS" in done.stdout, done.stdout
+        # at least one [n, n] float32 temporary (3.35 GiB); BUILTIN mode keeps every op's output (the builtin
+        # kernels' rounding), so XLA holds several
+        needs = re.search(r"needs (\d+\.\d+) GiB", done.stdout)
+        assert needs and float(needs.group(1)) >= 3.35 and "RLIMIT_AS" in done.stdout, done.stdout
     else:
         assert "ran out of memory while running: RESOURCE_EXHAUSTED" in done.stdout, done.stdout

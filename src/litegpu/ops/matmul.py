@@ -685,6 +685,18 @@ def _as_official_hybrid_bmm_reads(xp: Any, per_matrix: Any, own_batch: tuple, ot
 DEPTH_ORDER_UNROLL = 8
 
 
+# The in-order sum makes a pass over the output per depth step: affordable for attention's products (a 576-wide
+# LLM's prefill of 32 tokens: 4.7 M multiply-adds), not for big ones (a [30000, 30000] product took 5x the
+# memory of XLA's dot and hours).  Past this many multiply-adds the builtin mode takes XLA's dot, an ulp or so
+# away from the official sum.
+IN_ORDER_MAX_MACS = 1 << 26
+
+
+def _in_order_affordable(x: Any, y: Any) -> bool:
+    batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(y.shape[:-2]))
+    return int(np.prod(batch)) * x.shape[-2] * x.shape[-1] * y.shape[-1] <= IN_ORDER_MAX_MACS
+
+
 def _in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
     """x [..., M, K] @ y [..., K, N] (batch dims broadcast) as the official float kernel sums it:
     ``acc = acc + x[..., k] * y[k, ...]`` for k = 0 .. K-1, each product rounded first."""
@@ -736,13 +748,15 @@ class BatchMatMul(Op):
         if ctx.input(0).dtype != "float32" or ctx.input(1).dtype != "float32":
             return self._quantized(np, ctx, x, y)
         x, y = _batch_matmul_operands(ctx, x.astype(np.float32), y.astype(np.float32))
-        return _in_depth_order(np, None, x, y)
+        if _in_order_affordable(x, y):
+            return _in_depth_order(np, None, x, y)
+        return np.matmul(x, y)
 
     def lower(self, ctx: OpContext, x: Any, y: Any) -> Any:
         if ctx.input(0).dtype != "float32" or ctx.input(1).dtype != "float32":
             return self._quantized(ctx.xp, ctx, x, y)
         x, y = _batch_matmul_operands(ctx, x, y)
-        if ctx.official_float_order:  # the CPU's builtin kernels asked for: their arithmetic (_in_depth_order)
+        if ctx.official_float_order and _in_order_affordable(x, y):  # the builtin kernels' arithmetic
             return _in_depth_order(ctx.xp, ctx.lax, x, y)
         return ctx.xp.matmul(x, y, precision=ctx.lax.Precision.HIGHEST)
 
