@@ -51,6 +51,35 @@ def run_ours_builtin(model: Model, inputs: Sequence[np.ndarray]) -> list[np.ndar
     return [np.asarray(y) for y in XlaBackend(model, state=state).run(list(inputs))]
 
 
+def same_bits(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Elementwise: equal bit for bit, or both NaN."""
+    got, want = np.asarray(got), np.asarray(want)
+    width = {2: np.int16, 4: np.int32, 8: np.int64}[want.dtype.itemsize]
+    return (got.view(width) == want.view(width)) | (np.isnan(got) & np.isnan(want))
+
+
+def assert_builtin_bits(model: Model, inputs: Sequence[np.ndarray], *, fast_rtol: float = 1e-5,
+                        fast_atol: float | None = None, fast_exact: bool = False) -> np.ndarray:
+    """The official builtin kernels' first output equals, bit for bit (NaNs alike), litegpu's numpy reference and
+    XLA as ``CpuKernelMode.BUILTIN`` runs it; the fast XLA path (XLA's own orders) is within ``fast_rtol`` /
+    ``fast_atol`` (default: 1e-5 of the largest output), or exact with ``fast_exact``.  Returns the official."""
+    from litegpu.ir.save import to_bytes
+
+    inputs = list(inputs)
+    want = run_official(to_bytes(model), inputs)[0]
+    for name, got in (("reference", run_ours(model, inputs, False)[0]), ("xla builtin", run_ours_builtin(model, inputs)[0])):
+        same = same_bits(got, want)
+        assert same.all(), (name, int((~same).sum()))
+    fast = run_ours(model, inputs, True)[0]
+    if fast_exact:
+        assert same_bits(fast, want).all(), ("xla fast", int((~same_bits(fast, want)).sum()))
+    else:
+        finite = want[np.isfinite(want)]
+        atol = fast_atol if fast_atol is not None else 1e-5 * float(np.abs(finite).max(initial=0))
+        np.testing.assert_allclose(fast, want, rtol=fast_rtol, atol=atol, equal_nan=True)
+    return want
+
+
 def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, what: str) -> None:
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != official {expected.shape}"

@@ -112,49 +112,31 @@ def test_quantized_int16_abs_needs_zero_points_of_zero():
 def test_float_rsqrt_is_bit_exact():
     """RSQRT is 1.f / std::sqrt(f) in the builtin kernel (two roundings); XLA's rsqrt is an ulp off now and then,
     enough to move RMSNorm's output across an int8 rounding boundary of the hybrid layers after it."""
-    from oracle import run_official, run_ours, run_ours_builtin
-    from litegpu.ir.save import to_bytes
+    from oracle import assert_builtin_bits
     x = (np.random.default_rng(0).random(50000) * 1000 + 1e-3).astype(np.float32)
     model, _ = one_op_model("RSQRT", [x], [(x.shape, "float32")])
-    want = run_official(to_bytes(model), [x])[0]
-    for name, got in (("reference", run_ours(model, [x], False)[0]),
-                      ("xla builtin", run_ours_builtin(model, [x])[0])):
-        assert np.array_equal(got, want), (name, int((got != want).sum()))
-    fast = run_ours(model, [x], True)[0]  # XLA's own order elsewhere: an ulp or so away
-    np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+    assert_builtin_bits(model, [x])
 
 
 def test_float_exp_is_bit_exact():
     """EXP is reference_ops::Exp, std::exp per element: glibc's expf (subnormal results, +-inf, NaN too)."""
-    from oracle import run_official, run_ours, run_ours_builtin
-    from litegpu.ir.save import to_bytes
+    from oracle import assert_builtin_bits
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-105, 89, 50000), rng.uniform(-1, 1, 2000),
                         [0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 88.72, 88.73, -103.97, -104, -87.5, 3e38, -3e38]])
     x = x.astype(np.float32)
     model, _ = one_op_model("EXP", [x], [(x.shape, "float32")])
-    want = run_official(to_bytes(model), [x])[0]
-    for name, got in (("reference", run_ours(model, [x], False)[0]), ("xla builtin", run_ours_builtin(model, [x])[0])):
-        same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
-        assert same.all(), (name, int((~same).sum()), x[~same][:5])
-    fast = run_ours(model, [x], True)[0]  # XLA's exp elsewhere: an ulp or so away (and subnormals flushed)
-    np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-37)
+    assert_builtin_bits(model, [x], fast_atol=1e-37)  # XLA's exp on the fast path: an ulp off, subnormals flushed
 
 
 @pytest.mark.parametrize("op", ["SIN", "COS"])
 def test_float_sin_and_cos_are_bit_exact(op):
     """SIN / COS are std::sin / std::cos per element: glibc's sinf / cosf (RoPE's angles in LLMs, whose ulps the
     hybrid layers after them can turn into int8 quantization steps); both range reductions (below and above 120)."""
-    from oracle import run_official, run_ours, run_ours_builtin
-    from litegpu.ir.save import to_bytes
+    from oracle import assert_builtin_bits
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(-130, 130, 40000), rng.uniform(-1, 1, 4000), rng.uniform(-1e6, 1e6, 6000),
                         [0, -0.0, 1e-45, -1e-40, 2 ** -12, np.inf, -np.inf, np.nan, 119.99, 120, -120, 3e38]])
     x = x.astype(np.float32)
     model, _ = one_op_model(op, [x], [(x.shape, "float32")])
-    want = run_official(to_bytes(model), [x])[0]
-    for name, got in (("reference", run_ours(model, [x], False)[0]), ("xla builtin", run_ours_builtin(model, [x])[0])):
-        same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
-        assert same.all(), (name, int((~same).sum()), x[~same][:5])
-    fast = run_ours(model, [x], True)[0]  # XLA's own sin / cos, in BUILTIN mode too: glibc's bits (measured)
-    assert ((fast.view(np.int32) == want.view(np.int32)) | (np.isnan(fast) & np.isnan(want))).all()
+    assert_builtin_bits(model, [x], fast_exact=True)  # XLA's own sin / cos: glibc's bits too (measured)
