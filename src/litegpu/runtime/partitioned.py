@@ -58,13 +58,20 @@ class _XlaUnit:
         return self.backend.run(inputs)
 
     def place(self, value: Any) -> tuple[Any, bool]:
-        """``value`` on this partition's JAX device (``device_put``), and whether that moved it."""
+        """``value`` as this partition's program takes it, and whether it crosses to its device.  Host values
+        (and arrays on a CPU device, read in place) go to the program as numpy: the call copies all of them to
+        the device in one batched transfer (``XlaBackend._place``) where a ``device_put`` each cost a crossing
+        each (150-250 us on an H200, BENCHMARKS.md).  Arrays on another accelerator are moved here."""
         device = self.backend.state.device
-        if _is_device_array(value) and device in value.devices():
+        if not _is_device_array(value):
+            return np.asarray(value), True
+        if device in value.devices():
             return value, False
+        if all(d.platform == "cpu" for d in value.devices()):
+            return np.asarray(value), True
         from ..backends.xla import jax_module
 
-        return jax_module().device_put(value if _is_device_array(value) else np.asarray(value), device), True
+        return jax_module().device_put(value, device), True
 
 
 class _EngineUnit:
