@@ -47,15 +47,16 @@ interpreter.invoke()
 LITEGPU = """
 import sys, numpy as np
 import litegpu
+engines = tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 and sys.argv[3] else None
 model = litegpu.CompiledModel.from_file(sys.argv[1], options=litegpu.Options(
-    litegpu.HardwareAccelerator.CPU, serialization_dir=sys.argv[2]))
+    litegpu.HardwareAccelerator.CPU, serialization_dir=sys.argv[2], cpu_options=litegpu.CpuOptions(engines=engines)))
 rng = np.random.default_rng(0)
 inputs = {}
 for name, d in model.get_input_tensor_details(0).items():
     x = rng.uniform(-1, 1, d["shape"]) if np.dtype(d["dtype"]).kind == "f" else np.zeros(d["shape"])
     inputs[name] = x.astype(d["dtype"])
 model.run(inputs)
-if len(sys.argv) > 3:
+if len(sys.argv) > 4:
     print(model.plan.engine_summary())
 """
 
@@ -75,10 +76,10 @@ def start(code: str, *args: str) -> tuple[float, float]:
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(path: Path, runs: int, threads: int) -> dict:
+def measure(path: Path, runs: int, threads: int, engines: str = "") -> dict:
     with tempfile.TemporaryDirectory() as cache:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        cold = subprocess.run([sys.executable, "-c", LITEGPU, str(path), cache, "plan"], capture_output=True,
+        cold = subprocess.run([sys.executable, "-c", LITEGPU, str(path), cache, engines, "plan"], capture_output=True,
                               text=True, env=env, timeout=900)
         if cold.returncode != 0:
             return {"model": path.stem, "error": cold.stderr.strip().splitlines()[-1][:160]}
@@ -86,7 +87,7 @@ def measure(path: Path, runs: int, threads: int) -> dict:
         times: dict[str, list[tuple[float, float]]] = {"official": [], "litegpu": []}
         for _ in range(runs):
             times["official"].append(start(OFFICIAL, str(path), str(threads)))
-            times["litegpu"].append(start(LITEGPU, str(path), cache))
+            times["litegpu"].append(start(LITEGPU, str(path), cache, engines))
     row = {"model": path.stem, "plan": cold.stdout.strip().splitlines()[-1]}
     for k, name in enumerate(("wall", "cpu")):
         official, ours = (statistics.median(t[k] for t in times[v]) for v in ("official", "litegpu"))
@@ -98,6 +99,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--engines", default="", help="CpuOptions(engines=...) for litegpu, comma-separated "
+                        "(e.g. openvino: the warm start of a model planned on OpenVINO)")
     args = parser.parse_args()
     from litegpu.backends.engine import physical_cores
 
@@ -107,7 +110,7 @@ def main() -> None:
           "difference | litegpu plan |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for path in models:
-        row = measure(path, args.runs, physical_cores())
+        row = measure(path, args.runs, physical_cores(), args.engines)
         if "error" in row:
             print(f"| {row['model']} | error: {row['error']} |" + " |" * 6, flush=True)
             continue

@@ -185,6 +185,19 @@ def test_loading_openvino_through_litegpu_sends_no_telemetry():
     assert out.stdout.strip().splitlines()[-1] == "None"
 
 
+def test_loading_openvino_skips_its_converter_which_still_imports_when_called():
+    """A warm start's 60 ms: OpenVINO's model converter (``openvino.tools.ovc``) is not imported with the package
+    when litegpu loads it; ``openvino.convert_model`` still works, importing it then."""
+    script = ("import sys, litegpu; from litegpu.backends import openvino as o; ov = o._openvino(); "
+              "print('openvino.tools.ovc' in sys.modules); "
+              "import openvino; from openvino.tools.ovc import convert_model; "
+              "print(callable(ov.convert_model), ov.convert_model.__module__)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    skipped, works = out.stdout.strip().splitlines()[-2:]
+    assert skipped == "False" and works.startswith("True")
+
+
 def test_big_models_stay_on_xla_which_maps_their_weights(monkeypatch):
     """OpenVINO copies a model's weights into its compiled model; past the limit XLA keeps the 1.3x memory goal."""
     from litegpu.backends import openvino as engine_module
