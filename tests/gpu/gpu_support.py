@@ -96,35 +96,10 @@ IREE_KEEPS_ON_CPU = {
 }
 
 
-# Results through IREE on Mesa's lavapipe outside the criteria: (test, name, precision) -> why.  IREE's CPU
-# backend computes the same programs right, so the SPIR-V path is at fault (IREE's code generation or lavapipe:
-# no other Vulkan device to tell); see BENCHMARKS.md, "IREE on Vulkan".
-IREE_LAVAPIPE_WRONG = {
-    ("float_view", "transformer_int8", "fp32"): "an int8 input dequantized into a matrix product (DEQUANTIZE then "
-                                                "FULLY_CONNECTED) comes out wrong, 13 on values of 3; each op alone "
-                                                "is exact",
-    ("models", "resnet_effnet_dynamic", "fp16"): "fp16: top-1 class 1 instead of 2, relative error 0.37 (the CPU "
-                                                 "standing in: within the bound, the class kept)",
-}
-
-
 def iree_keeps_on_cpu(name: str, quantized_execution: str) -> list:
     """The strict xfail of a model IREE leaves whole on the CPU (none off IREE)."""
     why = IREE_KEEPS_ON_CPU.get((name, quantized_execution))
     return [pytest.mark.xfail(reason=f"through IREE: {why}", strict=True)] if why and on_iree() else []
-
-
-def iree_lavapipe_wrong(test: str, name: str, precision: str) -> list:
-    """The strict xfail of a result known to be wrong through IREE on lavapipe (none elsewhere: on a real GPU
-    it must pass)."""
-    why = IREE_LAVAPIPE_WRONG.get((test, name, precision))
-    if not why or not on_iree():
-        return []
-    from litegpu.backends.iree import iree_devices
-
-    devices = iree_devices(allow_software=True)
-    software = bool(devices) and devices[0].software
-    return [pytest.mark.xfail(reason=f"through IREE on lavapipe: {why}", strict=True)] if software else []
 
 
 def marked(marks: list) -> Any:

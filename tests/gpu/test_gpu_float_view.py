@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_support import (compiled, iree_keeps_on_cpu, iree_lavapipe_wrong, is_image_classifier, load_test_module,
+from gpu_support import (compiled, iree_keeps_on_cpu, is_image_classifier, load_test_module,
                          require_accelerator)
 
 pytestmark = pytest.mark.gpu
@@ -102,7 +102,7 @@ def quantized_heldout() -> list:
             marks = [pytest.mark.slow] if name in heldout.SLOW_TO_COMPILE else []
             if name in BEYOND_ONE_PERCENT:
                 marks.append(pytest.mark.xfail(reason=BEYOND_ONE_PERCENT[name], strict=False))
-            marks += iree_keeps_on_cpu(name, "float") + iree_lavapipe_wrong("float_view", name, "fp32")
+            marks += iree_keeps_on_cpu(name, "float")
             params.append(pytest.param(name, marks=marks))
     return params
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_support import (compiled, iree_keeps_on_cpu, iree_lavapipe_wrong, is_image_classifier, load_test_module,
+from gpu_support import (compiled, iree_keeps_on_cpu, is_image_classifier, load_test_module,
                          marked, require_accelerator)
 
 pytestmark = pytest.mark.gpu
@@ -141,7 +141,6 @@ def heldout_params():
                 marks.append(pytest.mark.xfail(reason=KNOWN_FP16_FAILURES[name], strict=True))
             meta, _ = heldout.load(name)
             marks += iree_keeps_on_cpu(name, "integer" if quantized(meta) else "float")
-            marks += iree_lavapipe_wrong("models", name, precision)
             yield pytest.param(name, precision, id=f"{precision}-{name}", marks=marks)
 
 

@@ -230,3 +230,31 @@ def test_requantization_matches_official_bit_for_bit(src, dst, ratio):
     model, feeds = one_op_model("QUANTIZE", [x], [((2048,), dst)], input_quant=[quantization(in_scale, in_zero_point)],
                                 output_quant=quantization(in_scale / ratio, ZERO_POINTS[dst]))
     check_op_model(model, feeds)
+
+
+def test_a_run_time_dequantize_stands_apart_from_its_consumers_only_when_traced_for_iree():
+    """IREE 3.13 computed a run-time DEQUANTIZE fused into the matrix product reading it wrongly: traced for IREE
+    (``without_xla_steering``) its result is behind an optimization barrier; XLA's programs have none."""
+    import jax
+    import jax.numpy as jnp
+
+    from litegpu.backends.xla import XlaBackend
+    from litegpu.ir.builder import ModelBuilder, quantization
+    from litegpu.ops.common import without_xla_steering
+
+    b = ModelBuilder()
+    q = b.input("q", (2, 4), "int8", quantization=quantization([0.5], [3]))
+    f = b.tensor("f", (2, 4))
+    b.op("DEQUANTIZE", [q], [f])
+    b.output(f)
+    backend = XlaBackend(b.build())
+    spec = [jax.ShapeDtypeStruct((2, 4), jnp.int8)]
+
+    def text() -> str:  # the traced program's StableHLO
+        return jax.jit(lambda x: backend.trace(backend.params, {}, [x])[0]).lower(*spec).as_text()
+
+    assert "optimization_barrier" not in text()
+    with without_xla_steering():
+        assert "optimization_barrier" in text()
+    x = np.array([[0, 1, 2, 3], [-128, 127, 5, 6]], np.int8)
+    np.testing.assert_array_equal(np.asarray(backend.run([x])[0]), (x.astype(np.float32) - 3) * 0.5)

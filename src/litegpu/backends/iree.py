@@ -68,6 +68,9 @@ TARGET_ENV = "LITEGPU_IREE_VULKAN_TARGET"
 # iree-compile gets this long per partition (LITEGPU_IREE_COMPILE_TIMEOUT seconds overrides): IREE 3.13 never
 # finishes some programs (see the module doc), and the partition then runs on the CPU.
 COMPILE_TIMEOUT_S = 900.0
+# What the programs traced for IREE are, in the compile cache's key: raised when that changes, so that entries
+# written before are not trusted (2: run-time DEQUANTIZE apart from the products reading it, ``ops.common``).
+LOWERING_REVISION = 2
 # Memory imported from the host into a Vulkan device must be aligned (VkPhysicalDeviceExternalMemoryHostProperties:
 # 4096 bytes on lavapipe, NVIDIA and AMD); imports are this aligned in address and size.
 HOST_IMPORT_ALIGNMENT = 4096
@@ -753,7 +756,8 @@ class IreeExecutable(Executable):
             return None
         from .cache import make_key
 
-        return make_key({**self.cache_key, "engine": "iree", "iree": iree_version(), "target": self.target.description,
+        return make_key({**self.cache_key, "engine": "iree", "lowering": LOWERING_REVISION, "iree": iree_version(),
+                         "target": self.target.description,
                          "flags": list(self.target.flags), "subgraph": self.op_range.subgraph,
                          "ops": list(self.op_range.op_indices), "inputs": list(self.op_range.inputs),
                          "outputs": list(self.op_range.outputs), "precision": self.settings.precision,

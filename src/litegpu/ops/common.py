@@ -122,6 +122,16 @@ def without_xla_steering() -> Iterator[None]:
         _XLA_STEERING.reset(token)
 
 
+def apart_for_iree(lax: Any, x: Any) -> Any:
+    """``x`` unchanged; traced for IREE (``without_xla_steering``), behind an optimization barrier, which IREE
+    does not fuse across.  IREE 3.13 computed a run-time DEQUANTIZE fused into the FULLY_CONNECTED or
+    BATCH_MATMUL reading it wrongly (an int8 transformer's float view 1.3 off on lavapipe, each op alone exact;
+    ``tests/gpu``): the float activation is materialized instead (XLA needs no barrier and gets none)."""
+    if lax is None or _XLA_STEERING.get():
+        return x
+    return lax.optimization_barrier(x)
+
+
 def opaque_zero(xp: Any, lax: Any, x: Any) -> Any:
     """A float32 -0.0 that XLA computes from the first element of ``x`` and cannot fold away, so
     what reads it runs after ``x`` exists.  y + (-0.0) == y for every float y (-0.0 and NaN

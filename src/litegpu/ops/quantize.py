@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from ..ir import Operator, Subgraph, numpy_dtype
+from .common import apart_for_iree
 from .fixedpoint import (divide_f32_exactly, float_to_int32_like_x86, multiply_by_quantized_multiplier, quantize_multiplier,
                          round_half_away_from_zero, wrap_int32)
 from ._quantized import ruy_multiply_by_quantized_multiplier
@@ -75,7 +76,8 @@ class Dequantize(Op):
             raise ModelExecutionError(f"{ctx.op}: int16 input needs one scale and a zero point of 0 "
                                       "(as the official kernel)")
         centered = x.astype(xp.int32) - xp.asarray(zero_point, xp.int32)
-        return centered.astype(xp.float32) * xp.asarray(scale)
+        y = centered.astype(xp.float32) * xp.asarray(scale)
+        return y if ctx.constant(0) is not None else apart_for_iree(ctx.lax, y)  # run-time values: see there
 
 
 @register("QUANTIZE")
