@@ -36,7 +36,7 @@ from ..format.file import release_file_pages
 from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtype
 from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
 from ..ops import Target
-from ..ops.common import opaque_zero, tie_to, unpack_sub_byte
+from ..ops.common import opaque_zero, rounded_apart, tie_to, unpack_sub_byte
 from .engine import Engine, EngineSettings, Executable, op_reasons
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
 from .memory import check_fits, device_available_bytes, is_out_of_memory, needed_bytes, out_of_memory
@@ -325,11 +325,8 @@ class _XlaRunner(_PolicyRunner):
             # at the end of one op into an add at the start of the next (a hybrid FULLY_CONNECTED's scaling
             # into the residual ADD after it: an ulp, which the next layer's int8 row quantization can turn
             # into a quantization step).
-            import jax.numpy as jnp
-            from jax import lax
-
             if getattr(value, "dtype", None) == np.float32:
-                value = lax.select(lax.ne(value, value), jnp.full_like(value, np.nan), value)
+                value = rounded_apart(self._xp, self._lax, value)
         return value
 
     def _param(self, sg: Subgraph, index: int) -> Any:

@@ -7,6 +7,8 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 
 def fused_activation(xp: Any, x: Any, name: str | None) -> Any:
     """A TFLite ``fused_activation_function`` as the official builtin kernels apply it to a result.
@@ -120,6 +122,14 @@ def without_xla_steering() -> Iterator[None]:
         yield
     finally:
         _XLA_STEERING.reset(token)
+
+
+def rounded_apart(xp: Any, lax: Any, x: Any) -> Any:
+    """``x`` unchanged, but XLA CPU cannot contract the multiply that made it into a later add as one fused
+    multiply-add (a select between them; NaN stays NaN): the official kernels round every step.  numpy: ``x``."""
+    if lax is None:
+        return x
+    return lax.select(lax.ne(x, x), xp.full_like(x, np.nan), x)
 
 
 def apart_for_iree(lax: Any, x: Any) -> Any:

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _block_weights as bw
 from . import _quantized as q
-from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero,
+from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, rounded_apart,
                      stored_weight, tie_to, unpack_sub_byte)
 from .registry import Op, OpContext, Target, register
 
@@ -712,7 +712,7 @@ def _in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
         # XLA CPU contracts a multiply feeding an add into one fused multiply-add (rounded once); a select
         # between them (NaN stays NaN) keeps the product rounded on its own, as the official kernel has it.
         # Reduce-precision, bit casts, float64 products and optimization barriers did not (measured).
-        product = lax.select(lax.ne(product, product), xp.full_like(product, np.nan), product)
+        product = rounded_apart(xp, lax, product)
         return acc + product
 
     depth = x.shape[-1]

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import fixedpoint as fp
+from .common import rounded_apart
 from .registry import Op, OpContext, register
 from .shape import normalize_axis, output_dtype, static_ints
 
@@ -201,11 +202,7 @@ def _official_float_mean(ctx: OpContext, x: Any, axes: tuple[int, ...]) -> Any:
 
 
 def _rounded(ctx: OpContext, x: Any) -> Any:
-    """``x`` unchanged, but XLA CPU cannot fuse the multiply that made it into a later add as one fused
-    multiply-add (a select between them; NaN stays NaN): the official kernels round every step."""
-    if ctx.lax is None:
-        return x
-    return ctx.lax.select(ctx.lax.ne(x, x), ctx.xp.full_like(x, np.nan), x)
+    return rounded_apart(ctx.xp, ctx.lax, x)
 
 
 def _eigen_row_sums(ctx: OpContext, rows: Any) -> Any:
