@@ -7,7 +7,8 @@ it ports by changing the import; see ``litegpu.runtime`` for what litegpu adds
 """
 
 from . import errors
-from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, InvalidArgumentError, LiteGpuError,
+from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, DeviceLostError, InvalidArgumentError,
+                     LiteGpuError,
                      ModelExecutionError, ModelFormatError, OutOfMemoryError, SignatureError, TensorBufferError,
                      UnsupportedOpError, WriteError)
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
@@ -20,7 +21,7 @@ from .ops.python_ops import register_custom_op, unregister_custom_op
 __version__ = "0.1.0"
 
 __all__ = [
-    "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "CpuKernelMode", "CpuOptions",
+    "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "DeviceLostError", "CpuKernelMode", "CpuOptions",
     "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
     "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
     "OutOfMemoryError", "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",

@@ -23,6 +23,11 @@ class ModelExecutionError(LiteGpuError, RuntimeError):
     """An op failed while running (bad runtime shapes, data-dependent errors)."""
 
 
+class DeviceLostError(ModelExecutionError):
+    """The accelerator was lost during a call (Vulkan's VK_ERROR_DEVICE_LOST) and the call could not be run again
+    on the reopened device (its inputs or the model's variables were on the lost one)."""
+
+
 class EngineCompileError(ModelExecutionError):
     """An engine accepted a partition's ops but could not compile them (for some input shapes)."""
 

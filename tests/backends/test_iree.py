@@ -398,3 +398,51 @@ def test_a_compile_that_never_finishes_is_stopped(monkeypatch):
     needs_compiler()
     with pytest.raises(RuntimeError, match="did not finish in 0 s"):
         iree.run_compiler(tiny_stablehlo(), ("--iree-hal-target-device=vulkan",), 0.001)
+
+
+class _LosesTheDevice:
+    """A program context whose next call fails as IREE's Vulkan driver does when the device is lost."""
+
+    def __init__(self, context):
+        self.context, self.calls = context, 0
+
+    def invoke(self, function, args, results):
+        self.calls += 1
+        raise RuntimeError("Error invoking function: c/runtime/src/iree/hal/drivers/vulkan/queue.c:2867: DATA_LOSS; "
+                           "[vkSignalSemaphore] VK_ERROR_DEVICE_LOST; while invoking native function hal.fence.await")
+
+
+def lose_the_device_on_the_next_call(model) -> tuple[object, _LosesTheDevice]:
+    executable = model._partitioned().signature(0).units[0].executable
+    (key, program), = executable._programs.items()
+    lost = _LosesTheDevice(program.context)
+    executable._programs[key] = dataclasses.replace(program, context=lost)
+    return executable, lost
+
+
+def test_a_lost_device_is_opened_again_and_the_call_run_again():
+    """Seen once on lavapipe in a full test run: VK_ERROR_DEVICE_LOST in the middle of a call; the device is opened
+    again, the weights uploaded again, the program loaded again, and the call (its inputs on the host) run again."""
+    vulkan_device()
+    model = on_iree(affine_model())
+    x = np.random.default_rng(2).normal(size=(2, 3, 4)).astype(np.float32)
+    model.run({"x": x})
+    executable, lost = lose_the_device_on_the_next_call(model)
+    old_session = executable.session
+    with pytest.warns(RuntimeWarning, match="the device was lost .*VK_ERROR_DEVICE_LOST.* opened again"):
+        got = model.run({"x": x})
+    assert lost.calls == 1 and old_session.lost and executable.session is not old_session
+    np.testing.assert_allclose(got["y"], affine(x)[0], rtol=1e-6)
+    np.testing.assert_allclose(model.run({"x": x})["y"], affine(x)[0], rtol=1e-6)  # and it stays usable
+
+
+def test_a_call_whose_inputs_were_on_the_lost_device_says_so():
+    vulkan_device()
+    model = on_iree(affine_model())
+    x = np.ones((2, 3, 4), np.float32)
+    outputs = model.create_output_buffers(0)
+    model.run_by_index(0, [lg.TensorBuffer(x)], outputs)
+    assert outputs[0].is_on_device
+    lose_the_device_on_the_next_call(model)
+    with pytest.raises(lg.DeviceLostError, match=r"inputs \[0\] were on it: run the model again from host inputs"):
+        model.run_by_index(0, [outputs[0]], model.create_output_buffers(0))

@@ -46,12 +46,14 @@ import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import AcceleratorUnavailableError, EngineCompileError, InvalidArgumentError, ModelExecutionError
+from ..errors import (AcceleratorUnavailableError, DeviceLostError, EngineCompileError, InvalidArgumentError,
+                      ModelExecutionError)
 from ..ir import Model, Operator, Subgraph, called_subgraphs, numpy_dtype
 from ..ops import Target
 from ..ops.common import without_xla_steering
@@ -378,8 +380,8 @@ class IreeSession:
             pass
 
     def check(self, error: Exception) -> None:
-        """A lost device stays lost: the next model opens the device again (``session_for``)."""
-        if "DEVICE_LOST" in str(error):
+        """A lost device stays lost: the next use opens the device again (``session_for``)."""
+        if device_lost(error):
             self.lost = True
 
     def reached(self, value: int) -> bool:
@@ -443,6 +445,15 @@ class IreeSession:
                 self.skip(done)
                 raise
         done.wait()
+
+
+def device_lost(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is the driver saying the device was lost."""
+    while error is not None:
+        if "DEVICE_LOST" in str(error):
+            return True
+        error = error.__cause__
+    return False
 
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
@@ -544,17 +555,28 @@ class IreeState:
         self._weights: dict[tuple[str, np.dtype], Any] = {}
         self.variables: dict = {}
         self._lock = threading.Lock()
+        self._session: IreeSession | None = None
 
-    @functools.cached_property
+    @property
     def session(self) -> IreeSession:
-        return session_for(self.device)
+        """The open session on the device; after a lost device, a new one (the weights are uploaded again)."""
+        with self._lock:
+            if self._session is None or self._session.lost:
+                self._session = session_for(self.device)
+                self._weights = {}
+            return self._session
+
+    def variables_on_lost_device(self) -> list:
+        """The keys of the model's variables that only the lost device held."""
+        return [k for k, v in self.variables.items() if isinstance(v, IreeArray) and v.session.lost]
 
     def weight(self, key: str, dtype: np.dtype) -> Any:
+        session = self.session
         with self._lock:
             found = self._weights.get((key, dtype))
             if found is None:
                 value = np.asarray(self.host.params[key])
-                found = self.session.upload(value if value.dtype == dtype else value.astype(dtype))
+                found = session.upload(value if value.dtype == dtype else value.astype(dtype))
                 self._weights[(key, dtype)] = found
             return found
 
@@ -579,6 +601,8 @@ class IreeState:
 class _Program:
     """A compiled partition for one set of argument shapes: its function and how to call it."""
 
+    session: Any                              # the session whose device it is loaded on
+    entry: dict                               # the compiled entry, to load it again on a reopened device
     context: Any
     function: Any
     arguments: list[tuple[str, Any]]          # ("param", key) | ("variable", key) | ("input", position)
@@ -641,7 +665,42 @@ class IreeExecutable(Executable):
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = self._program(inputs, variables)
-        return self._call(program, inputs, variables)
+        try:
+            return self._call(self._loaded(key, program), inputs, variables)
+        except DeviceLostError:
+            raise
+        except ModelExecutionError as e:
+            if not device_lost(e):
+                raise
+            return self._run_again_after_losing_the_device(key, inputs, e)
+
+    def _loaded(self, key: tuple, program: _Program) -> _Program:
+        """``program`` loaded on the open session (again, once a lost device was reopened)."""
+        if program.session is not self.session:
+            program = self._programs[key] = self._load(program.entry)
+        return program
+
+    def _run_again_after_losing_the_device(self, key: tuple, inputs: Sequence[Any], error: Exception) -> list[Any]:
+        """A lost Vulkan device (a driver reset, or a driver losing its own timeline: seen once on lavapipe under a
+        full test run) is opened again and the call run again, once, when everything it reads is still on the host:
+        its weights are uploaded again, its program loaded again."""
+        on_lost = [i for i, x in enumerate(inputs) if isinstance(x, IreeArray) and x.session.lost]
+        lost_variables = self.state.variables_on_lost_device()
+        if on_lost or lost_variables:
+            what = (f"inputs {on_lost}" if on_lost else "") + (" and " if on_lost and lost_variables else "") + \
+                   (f"the model's variables {lost_variables}" if lost_variables else "")
+            raise DeviceLostError(f"{self.where_text}: the device was lost ({error.__cause__ or error}), and {what} "
+                                  "were on it: run the model again from host inputs"
+                                  + (" after reset_variables()" if lost_variables else "")) from error
+        warnings.warn(f"{self.where_text}: the device was lost ({error.__cause__ or error}); it was opened again "
+                      "and the call run again", RuntimeWarning, stacklevel=3)
+        variables = dict(self.state.variables)
+        try:
+            return self._call(self._loaded(key, self._programs[key]), inputs, variables)
+        except ModelExecutionError as again:
+            if device_lost(again):
+                raise DeviceLostError(f"{self.where_text}: the device was lost twice in a row: {again}") from again
+            raise
 
     def _call(self, program: _Program, inputs: Sequence[Any], variables: dict) -> list[Any]:
         rt = _runtime()
@@ -835,7 +894,8 @@ class IreeExecutable(Executable):
         if len(declared) != len(entry["arguments"]):
             raise EngineCompileError(f"{self.where_text}: the compiled function takes {len(declared)} arguments, "
                                      f"{len(entry['arguments'])} were expected")
-        return _Program(context, function, entry["arguments"], declared, entry["results"], entry["result_specs"])
+        return _Program(session, entry, context, function, entry["arguments"], declared, entry["results"],
+                        entry["result_specs"])
 
     def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """(shape, dtype) of each output for inputs of these shapes, by tracing (no compile)."""
