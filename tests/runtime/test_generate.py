@@ -358,3 +358,38 @@ def test_looped_layers_carry_their_caches_stacked_through_the_device_loop(monkey
     assert litegpu.generate(model, prompt, 9, chunk_tokens=4) == official_generate(data, config, prompt, 9)
     stack = (config.layers, 1, config.max_len, config.width)
     assert groups and all(n == 2 and shapes == [stack, stack] for n, shapes in groups)  # k and v, one stack each
+
+
+def test_layers_update_their_caches_inside_the_stack_and_the_caches_keep_the_loops_layout(monkeypatch):
+    """Each layer's DYNAMIC_UPDATE_SLICE writes straight into the carried stack (XLA otherwise copied a layer's
+    cache out and back every step), and the caches are carried in the layout the loop's program takes: XLA GPU
+    picks the positions minor for the int4 decoder's values; XLA CPU keeps the default, so a transposed layout is
+    forced here.  The stacks are laid out so before the first chunk and back after the last: the tokens of two
+    generations in a row are still the official interpreter's."""
+    from jax.experimental.layout import Layout
+
+    from litegpu.backends import xla
+    from litegpu.backends.xla_generate import DecodeLoop
+
+    transposed = Layout(major_to_minor=(0, 1, 3, 2))
+    monkeypatch.setattr(DecodeLoop, "carried_layout", staticmethod(lambda: transposed))
+    into_stack, layouts = [], []
+    update, run = xla._XlaRunner._update_into_stack, DecodeLoop.run
+
+    def spy_update(self, *args, **kwargs):
+        into_stack.append(args[1].opcode_name)
+        return update(self, *args, **kwargs)
+
+    def spy_run(self, caches, *args, **kwargs):
+        layouts.extend(c.format.layout for c in caches)
+        return run(self, caches, *args, **kwargs)
+
+    monkeypatch.setattr(xla._XlaRunner, "_update_into_stack", spy_update)
+    monkeypatch.setattr(DecodeLoop, "run", spy_run)
+    config = dm.DecoderConfig(**{**CONFIG, "layers": 4})
+    data = to_bytes(dm.build_decoder(config))
+    model = litegpu.CompiledModel.from_buffer(data, options=ON_XLA)
+    for prompt in ([3, 1, 4, 1, 5], [2, 7, 1, 8]):
+        assert litegpu.generate(model, prompt, 9, chunk_tokens=4) == official_generate(data, config, prompt, 9)
+    assert into_stack and set(into_stack) == {"DYNAMIC_UPDATE_SLICE"}
+    assert layouts and all(layout.major_to_minor == transposed.major_to_minor for layout in layouts)

@@ -37,6 +37,7 @@ from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtyp
 from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, rounded_apart, tie_to, unpack_sub_byte
+from ..ops.slicing import clamped_update_starts
 from .engine import Engine, EngineSettings, Executable, op_reasons
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
 from .memory import check_fits, device_available_bytes, is_out_of_memory, needed_bytes, out_of_memory
@@ -359,9 +360,13 @@ class _XlaRunner(_PolicyRunner):
         out as the last carry or stacked per block (``layer_scan``).
 
         Per-block subgraph inputs (a KV cache per layer) are stacked once and carried whole: each step reads its
-        layer's slice, and where an op of the block makes that layer's new value from it (the cache updated by
-        DYNAMIC_UPDATE_SLICE) the value is written back into the carried stack, in place.  (Passed as scanned
-        inputs and outputs instead, every step would copy the whole stack: 2x the caches in temporaries.)"""
+        layer's slice, and where an op of the block makes that layer's new value from it the value is written
+        back into the carried stack, in place.  (Passed as scanned inputs and outputs instead, every step would
+        copy the whole stack: 2x the caches in temporaries.)  Where that op is a DYNAMIC_UPDATE_SLICE (a cache
+        taking the new position's keys or values) the update goes straight into the stack and the block reads
+        its layer's slice of the updated stack: made as the slice updated, then written back, XLA copied each
+        layer's cache out and in again every step (4 MB a layer and token for a 2048-wide cache of 256
+        positions, ``bench/gpu_compile.py``)."""
         xp, lax = self._xp, self._lax
         template = region.blocks[0]
         made = lambda j, o: sg.operators[template[j]].outputs[o]  # noqa: E731
@@ -375,6 +380,8 @@ class _XlaRunner(_PolicyRunner):
                   for t0, per_block in region.stacked if t0 not in weights}
         updated = {made_by: t0 for made_by, t0 in _in_place_updates(sg, region).items() if t0 in stacks}
         scanned_out = [(made_by, per_block) for made_by, per_block in region.collected if made_by not in updated]
+        into_stack = {template[j]: t0 for (j, o), t0 in updated.items()
+                      if sg.operators[template[j]].opcode_name == "DYNAMIC_UPDATE_SLICE" and o == 0}
 
         def body(carry: tuple, _: Any) -> tuple:
             index, state, stacked = carry
@@ -384,15 +391,21 @@ class _XlaRunner(_PolicyRunner):
             local.update((t0, c) for (t0, _, _), c in zip(region.carried, state))
             local.update((t0, lax.dynamic_index_in_dim(stack, index, keepdims=False)) for t0, stack in stacked.items())
             saved, self._block_weights = self._block_weights, dict(block_weights)
+            stacked = dict(stacked)
             try:
                 for op_index in template:
-                    self._run_op(sg, op_index, local)
+                    if op_index in into_stack:
+                        self._update_into_stack(sg, sg.operators[op_index], local, stacked, into_stack[op_index],
+                                                index)
+                    else:
+                        self._run_op(sg, op_index, local)
             finally:
                 self._block_weights = saved
             nxt = [self._value(sg, local, made(j, o)).astype(c.dtype)
                    for (_, _, (j, o)), c in zip(region.carried, state)]
-            stacked = dict(stacked)
             for made_by, t0 in updated.items():
+                if template[made_by[0]] in into_stack:
+                    continue
                 new = self._value(sg, local, made(*made_by)).astype(stacked[t0].dtype)
                 stacked[t0] = lax.dynamic_update_index_in_dim(stacked[t0], new, index, 0)
             return (index + 1, nxt, stacked), [self._value(sg, local, made(j, o)) for (j, o), _ in scanned_out]
@@ -410,6 +423,24 @@ class _XlaRunner(_PolicyRunner):
             values[t] = by_maker[made_by]
         if self.final_stacks is not None:
             self.final_stacks.update((t0, stacks[t0]) for t0 in updated.values())
+
+    def _update_into_stack(self, sg: Subgraph, op: Operator, local: dict, stacked: dict, t0: int, index: Any) -> None:
+        """A block's DYNAMIC_UPDATE_SLICE of its layer's slice of stack ``t0``, done on the stack itself (the
+        layer index a leading start index; the official clamping of the others): the op's output is the layer's
+        slice of the updated stack."""
+        lax = self._lax
+        stack = stacked[t0]
+        update = self._value(sg, local, op.inputs[1])
+        starts = self._value(sg, local, op.inputs[2])
+        layer_shape = tuple(stack.shape[1:])
+        if update.ndim != len(layer_shape) or tuple(starts.shape) != (len(layer_shape),) \
+                or any(u > d for u, d in zip(update.shape, layer_shape)):
+            raise ModelExecutionError(f"{op}: update {tuple(update.shape)} and start indices {tuple(starts.shape)} "
+                                      f"do not fit operand {layer_shape}")
+        begin = clamped_update_starts(self._xp, layer_shape, tuple(update.shape), starts.astype(np.int32))
+        stacked[t0] = lax.dynamic_update_slice(stack, update.astype(stack.dtype)[None],
+                                               [self._xp.asarray(index, np.int32), *begin])
+        local[op.outputs[0]] = lax.dynamic_index_in_dim(stacked[t0], index, keepdims=False)
 
     def _is_weight(self, sg: Subgraph, values: dict, index: int) -> bool:
         value = values.get(index)

@@ -575,7 +575,11 @@ def _blockwise_fc_partial_sums(xp: Any, ctx: OpContext, x: Any, w: Any, bias: An
     centred = (quantized - row_zp).astype(xp.float32).reshape(-1, blocks, block)
     partial = lax.dot_general(centred, weights, (((2,), (2,)), ((1,), (1,))),
                               precision=lax.Precision.HIGHEST)  # [blocks, rows, units]
-    y = xp.sum(partial * xp.asarray(scales).astype(xp.float32).T[:, None, :], axis=0) * row_scale
+    # the scales transposed to [blocks, units] while still float16: XLA GPU transposes them into a buffer of
+    # their own (a reduction does not read its operand transposed), which it made float32 (a widened copy of
+    # a weight) when the conversion came first
+    scales_by_block = lax.optimization_barrier(xp.asarray(scales).T)
+    y = xp.sum(partial * scales_by_block.astype(xp.float32)[:, None, :], axis=0) * row_scale
     return y if bias is None else y + bias
 
 

@@ -360,9 +360,15 @@ class ScatterNd(Op):
         return out
 
 
-def _clamped_starts(ctx: OpContext, operand_shape: tuple, update_shape: tuple, starts: Any) -> list:
-    xp = ctx.xp
+def clamped_update_starts(xp: Any, operand_shape: tuple, update_shape: tuple, starts: Any) -> list:
+    """DYNAMIC_UPDATE_SLICE's start indices as the official kernel takes them: each clamped so that the update
+    fits (never wrapped as Python wraps negative indices).  The XLA backend's decode loop writes a layer's
+    update into its stacked KV cache with these too."""
     return [xp.clip(starts[i], 0, operand_shape[i] - update_shape[i]) for i in range(len(operand_shape))]
+
+
+def _clamped_starts(ctx: OpContext, operand_shape: tuple, update_shape: tuple, starts: Any) -> list:
+    return clamped_update_starts(ctx.xp, operand_shape, update_shape, starts)
 
 
 @register("DYNAMIC_UPDATE_SLICE")
