@@ -3,7 +3,9 @@ import pytest
 
 from litegpu.ir.builder import ModelBuilder
 from litegpu.ops.common import conv_output_size
-from oracle import check_op_model, random_input
+from litegpu.ir import read_model
+from litegpu.ir.save import to_bytes
+from oracle import assert_builtin_bits, check_op_model, random_input
 
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
@@ -274,3 +276,33 @@ def test_quantized_depthwise_conv2d_matches_official(dtype, activation, geometry
                                      w_scales, activation, padding=padding, stride_h=stride, stride_w=stride,
                                      depth_multiplier=multiplier)
     check_op_model(model, [x])
+
+
+@pytest.mark.parametrize("geometry", [
+    ((1, 9, 9, 16), (24, 1, 1, 16), 1, 1, "SAME"),     # 1x1: the GEMM over the input channels
+    ((2, 11, 10, 3), (16, 3, 3, 3), 2, 1, "SAME"),     # im2col, depth in (row, column, channel) order
+    ((1, 6, 6, 4), (6, 3, 3, 2), 1, 1, "SAME"),        # grouped
+])
+def test_float_conv2d_equals_the_builtin_kernel_bit_for_bit(geometry):
+    """The builtin float CONV_2D sums each output over the depth in order, every product rounded, then adds the
+    bias: the numpy reference and BUILTIN mode take that order (an ulp or two apart otherwise)."""
+    x_shape, w_shape, stride, dilation, padding = geometry
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input("x", x_shape)
+    k = b.constant("w", rng.standard_normal(w_shape).astype(np.float32))
+    bias = b.constant("bias", rng.standard_normal(w_shape[0]).astype(np.float32))
+    oh = conv_output_size(x_shape[1], w_shape[1], stride, dilation, padding)
+    ow = conv_output_size(x_shape[2], w_shape[2], stride, dilation, padding)
+    y = b.tensor("y", (x_shape[0], oh, ow, w_shape[0]))
+    b.op("CONV_2D", [x, k, bias], [y], padding=padding, stride_h=stride, stride_w=stride,
+         dilation_h_factor=dilation, dilation_w_factor=dilation, fused_activation_function="RELU6")
+    b.output(y)
+    assert_builtin_bits(read_model(to_bytes(b.build())), [random_input(x_shape, seed=4)])
+
+
+@pytest.mark.parametrize("multiplier,stride,padding", [(1, 1, "SAME"), (1, 2, "SAME"), (2, 1, "VALID")])
+def test_float_depthwise_equals_the_builtin_kernel_bit_for_bit(multiplier, stride, padding):
+    """The builtin float DEPTHWISE_CONV_2D starts each output at its bias and adds the taps in order."""
+    model = depthwise_model((2, 9, 8, 4), (3, 3), multiplier, padding, (stride, stride), 1, "RELU6")
+    assert_builtin_bits(read_model(to_bytes(model)), [random_input((2, 9, 8, 4), seed=5)])

@@ -13,7 +13,7 @@ from litegpu.ir.builder import ModelBuilder, quantization
 from litegpu.ir.save import to_bytes
 from litegpu.ops import Target, find
 from litegpu.ops.common import conv_output_size
-from oracle import check_op_model, random_input
+from oracle import assert_builtin_bits, check_op_model, random_input
 
 
 def conv_model(op, x_shape, w_shape, *, x_dtype="float32", x_quant=None, w_scales=(0.02,), w_values=None,
@@ -87,6 +87,26 @@ def test_hybrid_depthwise_matches_official(multiplier, stride, padding, values):
                        padding=padding, stride=stride, depth_multiplier=multiplier, activation="RELU")
     low, high = INPUT_RANGES[values]
     check_op_model(model, [random_input((2, 7, 6, 3), low=low, high=high, seed=6)])
+
+
+@pytest.mark.parametrize("case", sorted(HYBRID_CONV_CASES))
+def test_hybrid_conv2d_equals_the_builtin_kernel_bit_for_bit(case):
+    """HybridConvPerChannel scales the integer sum by (channel scale x input scale), rounds, then adds the bias:
+    XLA CPU contracted the last two into one fused multiply-add (an ulp off, which a TF dynamic-range MobileNetV2's
+    later layers carried to 0.10 of its largest output)."""
+    x_shape, w_shape, scales, padding, stride, dilation = HYBRID_CONV_CASES[case]
+    model = conv_model("CONV_2D", x_shape, w_shape, w_scales=scales, padding=padding, stride=stride,
+                       dilation=dilation, activation="RELU6")
+    assert_builtin_bits(read_model(to_bytes(model)), [random_input(x_shape, seed=7)])
+
+
+@pytest.mark.parametrize("multiplier,stride,padding", [(1, 2, "SAME"), (2, 1, "VALID"), (1, 1, "SAME")])
+def test_hybrid_depthwise_equals_the_builtin_kernel_bit_for_bit(multiplier, stride, padding):
+    """DepthwiseConvHybridPerChannel scales by the channel's scale first, then by the input's."""
+    cout = 3 * multiplier
+    model = conv_model("DEPTHWISE_CONV_2D", (2, 7, 6, 3), (1, 3, 3, cout), w_scales=np.linspace(0.01, 0.03, cout),
+                       padding=padding, stride=stride, depth_multiplier=multiplier, activation="RELU6")
+    assert_builtin_bits(read_model(to_bytes(model)), [random_input((2, 7, 6, 3), seed=8)])
 
 
 # --- 16x8: int16 activations (zero point 0), int8 weights ------------------------------------

@@ -1,4 +1,5 @@
-"""The builtin kernels' float32 LOGISTIC, TANH, EXP and SOFTMAX exponential, bit for bit.
+"""The builtin kernels' float32 LOGISTIC, TANH, EXP and SOFTMAX exponential, and their float sums in depth order,
+bit for bit.
 
 What the official x86-64 wheel (ai-edge-litert) computes, measured against it on every float32 of the ranges
 that matter and on edge values (0, subnormals, +-inf, NaN, the clamps):
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import rounded_apart
 from .reduce import _rounded
 
 PACKET = 4  # SSE: float32 packets of 4
@@ -335,3 +337,47 @@ def glibc_sincosf(ctx: Any, x: Any, cosine: bool) -> Any:
         tiny = top < _abstop12(2.0 ** -12)
         y = xp.where(tiny, xp.ones_like(x) if cosine else x, y)
         return xp.where(top >= 0x7f8, xp.full_like(x, np.nan), y)
+
+
+# The official float BATCH_MATMUL and CONV_2D (its im2col GEMM) sum each output over the depth in order, every
+# product rounded to float32 before it is added (no fused multiply-add): measured bit for bit on x86 against the
+# builtin kernels, depths 2 to 4096, one to 64 rows (tests/ops/test_matmul.py, tests/ops/test_conv.py).  A GEMM's other summation orders are within a few ulps of it,
+# which is harmless alone, but an LLM's attention (Q.K^T, P.V) feeds hybrid FULLY_CONNECTEDs that quantize their
+# input rows to int8: an ulp there moves an element across a rounding boundary now and then, and a 576-wide
+# SmolLM with sharp weights carried one such flip to 0.9 % of the largest logit (dynamic_int8) and 4 % of the
+# KV cache (dynamic_int4_block32).  XLA unrolls this many depth steps per loop iteration.
+DEPTH_ORDER_UNROLL = 8
+
+
+# The in-order sum makes a pass over the output per depth step: affordable for attention's products (a 576-wide
+# LLM's prefill of 32 tokens: 4.7 M multiply-adds), not for big ones (a [30000, 30000] product took 5x the
+# memory of XLA's dot and hours).  Past this many multiply-adds the builtin mode takes XLA's dot, an ulp or so
+# away from the official sum.
+IN_ORDER_MAX_MACS = 1 << 26
+
+
+def in_order_affordable(x: Any, y: Any) -> bool:
+    batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(y.shape[:-2]))
+    return int(np.prod(batch)) * x.shape[-2] * x.shape[-1] * y.shape[-1] <= IN_ORDER_MAX_MACS
+
+
+def sum_in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
+    """x [..., M, K] @ y [..., K, N] (batch dims broadcast) as the official float kernel sums it:
+    ``acc = acc + x[..., k] * y[k, ...]`` for k = 0 .. K-1, each product rounded first."""
+    shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
+    if xp is np:
+        acc = np.zeros(shape, np.float32)
+        for k in range(x.shape[-1]):
+            acc = acc + x[..., :, k:k + 1] * y[..., k:k + 1, :]
+        return acc
+
+    def step(k: Any, acc: Any) -> Any:
+        product = lax.dynamic_index_in_dim(x, k, axis=-1) * lax.dynamic_index_in_dim(y, k, axis=-2)
+        # XLA CPU contracts a multiply feeding an add into one fused multiply-add (rounded once); a select
+        # between them (NaN stays NaN) keeps the product rounded on its own, as the official kernel has it.
+        # Reduce-precision, bit casts, float64 products and optimization barriers did not (measured).
+        product = rounded_apart(xp, lax, product)
+        return acc + product
+
+    depth = x.shape[-1]
+    return lax.fori_loop(0, depth, step, xp.zeros(shape, xp.float32), unroll=max(1, min(depth, DEPTH_ORDER_UNROLL)))

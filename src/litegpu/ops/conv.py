@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _quantized as q
 from . import fixedpoint as fp
-from .common import conv_output_size, explicit_padding, fused_activation, same_padding
+from ._official_math import in_order_affordable, sum_in_depth_order
+from .common import conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
 from .registry import Op, OpContext, Target, register
 
 
@@ -47,6 +48,8 @@ class Conv2D(Op):
             return _quantized_conv_16x8(np, ctx, x, w, bias, _conv_accumulate)
         if x.dtype.kind in "iu":
             return _quantized_conv(np, ctx, x, w, bias, _conv_accumulate, ruy=not _is_grouped(x, w))
+        if x.dtype == np.float32 and w.dtype == np.float32 and _conv_in_order_affordable(ctx, x.shape, w.shape):
+            return _conv_in_official_order(np, None, ctx, x, w, bias)
         (sh, sw), (dh, dw), ((pt, pb), (pl, pr)) = _geometry(ctx, x.shape, w.shape)
         n, h, wd, cin = x.shape
         cout, kh, kw, cin_g = w.shape
@@ -75,6 +78,9 @@ class Conv2D(Op):
             return _quantized_conv_16x8(ctx.xp, ctx, x, w, bias, _conv_accumulate)
         if ctx.input(0).dtype in q.QUANTIZED_8BIT:
             return _quantized_conv(ctx.xp, ctx, x, w, bias, _conv_accumulate, ruy=not _is_grouped(x, w))
+        if (ctx.official_float_order and x.dtype == np.float32 and w.dtype == np.float32
+                and _conv_in_order_affordable(ctx, x.shape, w.shape)):  # the builtin kernels' arithmetic
+            return _conv_in_official_order(ctx.xp, ctx.lax, ctx, x, w, bias)
         jnp, lax = ctx.xp, ctx.lax
         strides, dilations, pads = _geometry(ctx, x.shape, w.shape)
         cout, kh, kw, cin_g = w.shape
@@ -98,6 +104,46 @@ class Conv2D(Op):
         if bias is not None:
             y = y + bias
         return fused_activation(jnp, y, ctx.options.fused_activation_function)
+
+
+def _conv_in_order_affordable(ctx: OpContext, x_shape: tuple, w_shape: tuple) -> bool:
+    """Whether CONV_2D takes the builtin kernel's depth order: not past IN_ORDER_MAX_MACS, and not dilated (the
+    builtin kernel's dilated im2col GEMM sums in another order, not found: none of the six (row, column, channel)
+    orders, nor 2 to 8 interleaved partial sums, gave its bits)."""
+    strides, dilations, pads = _geometry(ctx, x_shape, w_shape)
+    if dilations != (1, 1):
+        return False
+    cout, kh, kw, cin_g = w_shape
+    out_hw = _output_sizes(ctx, x_shape[1:3], (kh, kw), strides, dilations, pads)
+    rows = x_shape[0] * out_hw[0] * out_hw[1]
+    return in_order_affordable(np.empty((rows, kh * kw * cin_g), np.bool_), np.empty((kh * kw * cin_g, cout), np.bool_))
+
+
+def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
+    """Float CONV_2D as the builtin kernel sums it (measured bit for bit on the x86 wheel): im2col, then each
+    output summed over the depth in the weights' (row, column, channel) order, every product rounded before it
+    is added, the bias added last.  (A GEMM's other orders are an ulp or two away, which a TF dynamic-range
+    MobileNetV2's hybrid layers after it carried to 0.10 of its largest output.)"""
+    _check_rank(ctx, "input", x.shape, 4)
+    _check_rank(ctx, "filter", w.shape, 4)
+    strides, dilations, pads = _geometry(ctx, x.shape, w.shape)
+    cout, kh, kw, cin_g = w.shape
+    if cin_g == 0 or x.shape[3] % cin_g or cout % (x.shape[3] // cin_g):
+        raise ModelExecutionError(f"{ctx.op}: filter {tuple(w.shape)} does not fit {x.shape[3]} input channels")
+    groups = x.shape[3] // cin_g
+    out_hw = _output_sizes(ctx, x.shape[1:3], (kh, kw), strides, dilations, pads)
+    padded = xp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+    taps = [_strided_tap(padded, (i * dilations[0], j * dilations[1]), out_hw, strides)
+            for i in range(kh) for j in range(kw)]
+    per_group = cout // groups
+    parts = []
+    for g in range(groups):
+        columns = [tap[..., g * cin_g:(g + 1) * cin_g] for tap in taps]
+        patches = (columns[0] if len(columns) == 1 else xp.concatenate(columns, axis=-1)).reshape(-1, kh * kw * cin_g)
+        matrix = w[g * per_group:(g + 1) * per_group].reshape(per_group, -1).T
+        parts.append(sum_in_depth_order(xp, lax, patches, matrix))
+    y = (parts[0] if groups == 1 else xp.concatenate(parts, axis=-1)).reshape(x.shape[0], *out_hw, cout)
+    return _finish(ctx, xp, y, bias)
 
 
 def conv_lowering(x_shape: tuple, w_shape: tuple, strides: tuple, dilations: tuple, out_hw: tuple,
@@ -238,7 +284,11 @@ def _hybrid_conv(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate:
     cout = y_t.shape[-1] if y_t.shape else w.shape[0]
     scales = np.asarray(ctx.input(1).quantization.scale, np.float32)
     wc = w.astype(xp.int64)  # the hybrid kernels ignore the weights' zero point
-    if per_channel:
+    grouped = accumulate is _conv_accumulate and x.shape[-1] != w.shape[3]
+    if per_channel and (accumulate is _depthwise_by_taps or grouped):
+        return _hybrid_scaled_in_two_steps(xp, ctx, x, wc, bias, accumulate, scales, cout,
+                                           vector_channels=(cout // 4) * 4 if accumulate is _depthwise_by_taps else cout)
+    if per_channel:  # HybridConvPerChannel: one factor, the channel's scale times the input's
         xq, input_scale, zero_point = q.asymmetric_quantize_batches(xp, x)
         acc = accumulate(xp, ctx, xq - zero_point.reshape(-1, 1, 1, 1), wc)
         scales = np.broadcast_to(scales, (cout,)) if scales.size == 1 else scales
@@ -248,7 +298,29 @@ def _hybrid_conv(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate:
         acc = accumulate(xp, ctx, xq, wc)
         factor = (input_scale * scales[0]).astype(xp.float32).reshape(-1, 1, 1, 1)
     y = fp.wrap_int32(xp, acc).astype(xp.float32) * factor
+    # the scaled accumulator rounded before the bias is added (XLA CPU contracted them into one fused
+    # multiply-add: an ulp off the builtin kernel, measured on a TF dynamic-range MobileNetV2)
+    y = rounded_apart(xp, None if xp is np else ctx.lax, y)
     return _finish(ctx, xp, y, None if bias is None else bias.astype(xp.float32))
+
+
+def _hybrid_scaled_in_two_steps(xp: Any, ctx: OpContext, x: Any, wc: Any, bias: Any, accumulate: Any,
+                                scales: np.ndarray, cout: int, vector_channels: int) -> Any:
+    """The hybrid kernels that scale the integer sum by the channel's and the input's scale one after the other
+    (measured bit for bit): the optimized DEPTHWISE_CONV_2D (DoDepthwiseConvHybridGeneral, whose NEON code the
+    x86 wheel runs through NEON_2_SSE) takes the channel's scale first on the channels it handles four at a time
+    (the first ``vector_channels``) and the input's first on the rest; the reference HybridConvPerChannel
+    (grouped CONV_2D) takes the channel's first."""
+    lax = None if xp is np else ctx.lax
+    xq, input_scale, zero_point = q.asymmetric_quantize_batches(xp, x)
+    acc = fp.wrap_int32(xp, accumulate(xp, ctx, xq - zero_point.reshape(-1, 1, 1, 1), wc)).astype(xp.float32)
+    channel = (np.broadcast_to(scales, (cout,)) if scales.size == 1 else scales).astype(np.float32)
+    batch = input_scale.astype(xp.float32).reshape(-1, 1, 1, 1)
+    channel_first = rounded_apart(xp, lax, rounded_apart(xp, lax, acc * channel) * batch)
+    if vector_channels < cout:
+        input_first = rounded_apart(xp, lax, rounded_apart(xp, lax, acc * batch) * channel)
+        channel_first = xp.where(np.arange(cout) < vector_channels, channel_first, input_first)
+    return _finish(ctx, xp, channel_first, None if bias is None else bias.astype(xp.float32))
 
 
 def _quantized_conv_16x8(xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any, accumulate: Any,
@@ -400,6 +472,22 @@ def _depthwise_by_taps(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     return out if exact_in is None else out.astype(xp.int64)
 
 
+def _depthwise_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
+    """Float DEPTHWISE_CONV_2D as the builtin kernel sums it (measured bit for bit on the x86 wheel): the
+    accumulator starts at the bias, then takes the taps in (row, column) order, every product rounded before it
+    is added."""
+    (sh, sw), (dh, dw), pads, out_hw, multiplier = _depthwise_geometry(ctx, x.shape, w.shape)
+    x = xp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+    if multiplier > 1:  # output channel c*m + k reads input channel c
+        x = xp.repeat(x, multiplier, axis=3)
+    shape = (x.shape[0], *out_hw, w.shape[3])
+    acc = xp.zeros(shape, xp.float32) if bias is None else xp.broadcast_to(bias.astype(xp.float32), shape)
+    for i in range(w.shape[1]):
+        for j in range(w.shape[2]):
+            acc = acc + rounded_apart(xp, lax, _strided_tap(x, (i * dh, j * dw), out_hw, (sh, sw)) * w[0, i, j])
+    return fused_activation(xp, acc, ctx.options.get("fused_activation_function", "NONE"))
+
+
 def _exact_float_type(xp: Any, ctx: OpContext, x: Any, w: Any) -> Any:
     """float32 when an integer depthwise sum provably stays exact in it under XLA, else None."""
     if xp is np or np.dtype(x.dtype).kind not in "iu" or not isinstance(w, np.ndarray):
@@ -423,6 +511,8 @@ class DepthwiseConv2D(Op):
             return _quantized_conv_16x8(np, ctx, x, w, bias, _depthwise_by_taps)
         if x.dtype.kind in "iu":
             return _quantized_conv(np, ctx, x, w, bias, _depthwise_by_taps, ruy=_depthwise_vector_channels(ctx, w.shape[3]))
+        if x.dtype == np.float32 and w.dtype == np.float32:
+            return _depthwise_in_official_order(np, None, ctx, x, w, bias)
         y = _depthwise_by_taps(np, ctx, x.astype(np.float32), w.astype(np.float32))
         return _finish(ctx, np, y, None if bias is None else bias.astype(np.float32))
 
@@ -446,6 +536,8 @@ class DepthwiseConv2D(Op):
             return _quantized_conv(ctx.xp, ctx, x, w, bias, _depthwise_by_taps, ruy=_depthwise_vector_channels(ctx, w.shape[3]))
         if ctx.target is Target.XLA_GPU:
             return _finish(ctx, ctx.xp, self._grouped_conv(ctx, x, w), bias)
+        if ctx.official_float_order and x.dtype == np.float32 and w.dtype == np.float32:
+            return _depthwise_in_official_order(ctx.xp, ctx.lax, ctx, x, w, bias)
         return _finish(ctx, ctx.xp, _depthwise_by_taps(ctx.xp, ctx, x, w), bias)
 
     @staticmethod

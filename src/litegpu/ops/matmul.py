@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _block_weights as bw
+from ._official_math import in_order_affordable, sum_in_depth_order
 from . import _quantized as q
 from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, rounded_apart,
                      stored_weight, tie_to, unpack_sub_byte)
@@ -679,50 +680,6 @@ def _as_official_hybrid_bmm_reads(xp: Any, per_matrix: Any, own_batch: tuple, ot
     return xp.take(per_matrix.reshape(-1), xp.asarray(index))
 
 
-# The official float BATCH_MATMUL sums each output over the depth in order, every product rounded to float32
-# before it is added (no fused multiply-add): measured bit for bit on x86 against the builtin kernels, depths 2 to
-# 4096, one to 64 rows (tests/ops/test_matmul.py).  A GEMM's other summation orders are within a few ulps of it,
-# which is harmless alone, but an LLM's attention (Q.K^T, P.V) feeds hybrid FULLY_CONNECTEDs that quantize their
-# input rows to int8: an ulp there moves an element across a rounding boundary now and then, and a 576-wide
-# SmolLM with sharp weights carried one such flip to 0.9 % of the largest logit (dynamic_int8) and 4 % of the
-# KV cache (dynamic_int4_block32).  XLA unrolls this many depth steps per loop iteration.
-DEPTH_ORDER_UNROLL = 8
-
-
-# The in-order sum makes a pass over the output per depth step: affordable for attention's products (a 576-wide
-# LLM's prefill of 32 tokens: 4.7 M multiply-adds), not for big ones (a [30000, 30000] product took 5x the
-# memory of XLA's dot and hours).  Past this many multiply-adds the builtin mode takes XLA's dot, an ulp or so
-# away from the official sum.
-IN_ORDER_MAX_MACS = 1 << 26
-
-
-def _in_order_affordable(x: Any, y: Any) -> bool:
-    batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(y.shape[:-2]))
-    return int(np.prod(batch)) * x.shape[-2] * x.shape[-1] * y.shape[-1] <= IN_ORDER_MAX_MACS
-
-
-def _in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
-    """x [..., M, K] @ y [..., K, N] (batch dims broadcast) as the official float kernel sums it:
-    ``acc = acc + x[..., k] * y[k, ...]`` for k = 0 .. K-1, each product rounded first."""
-    shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
-    if xp is np:
-        acc = np.zeros(shape, np.float32)
-        for k in range(x.shape[-1]):
-            acc = acc + x[..., :, k:k + 1] * y[..., k:k + 1, :]
-        return acc
-
-    def step(k: Any, acc: Any) -> Any:
-        product = lax.dynamic_index_in_dim(x, k, axis=-1) * lax.dynamic_index_in_dim(y, k, axis=-2)
-        # XLA CPU contracts a multiply feeding an add into one fused multiply-add (rounded once); a select
-        # between them (NaN stays NaN) keeps the product rounded on its own, as the official kernel has it.
-        # Reduce-precision, bit casts, float64 products and optimization barriers did not (measured).
-        product = rounded_apart(xp, lax, product)
-        return acc + product
-
-    depth = x.shape[-1]
-    return lax.fori_loop(0, depth, step, xp.zeros(shape, xp.float32), unroll=max(1, min(depth, DEPTH_ORDER_UNROLL)))
-
-
 # lhs dtype -> (rhs dtypes, output dtypes) of the integer kernels
 BMM_INTEGER = {"int8": (("int8",), ("int8", "int32")), "int16": (("int8", "int16"), ("int16",))}
 
@@ -752,16 +709,16 @@ class BatchMatMul(Op):
         if ctx.input(0).dtype != "float32" or ctx.input(1).dtype != "float32":
             return self._quantized(np, ctx, x, y)
         x, y = _batch_matmul_operands(ctx, x.astype(np.float32), y.astype(np.float32))
-        if _in_order_affordable(x, y):
-            return _in_depth_order(np, None, x, y)
+        if in_order_affordable(x, y):
+            return sum_in_depth_order(np, None, x, y)
         return np.matmul(x, y)
 
     def lower(self, ctx: OpContext, x: Any, y: Any) -> Any:
         if ctx.input(0).dtype != "float32" or ctx.input(1).dtype != "float32":
             return self._quantized(ctx.xp, ctx, x, y)
         x, y = _batch_matmul_operands(ctx, x, y)
-        if ctx.official_float_order and _in_order_affordable(x, y):  # the builtin kernels' arithmetic
-            return _in_depth_order(ctx.xp, ctx.lax, x, y)
+        if ctx.official_float_order and in_order_affordable(x, y):  # the builtin kernels' arithmetic
+            return sum_in_depth_order(ctx.xp, ctx.lax, x, y)
         return ctx.xp.matmul(x, y, precision=ctx.lax.Precision.HIGHEST)
 
     @staticmethod
