@@ -345,8 +345,8 @@ def glibc_sincosf(ctx: Any, x: Any, cosine: bool) -> Any:
 # which is harmless alone, but an LLM's attention (Q.K^T, P.V) feeds hybrid FULLY_CONNECTEDs that quantize their
 # input rows to int8: an ulp there moves an element across a rounding boundary now and then, and a 576-wide
 # SmolLM with sharp weights carried one such flip to 0.9 % of the largest logit (dynamic_int8) and 4 % of the
-# KV cache (dynamic_int4_block32).  XLA unrolls this many depth steps per loop iteration.
-DEPTH_ORDER_UNROLL = 8
+# KV cache (dynamic_int4_block32).  The XLA form takes this many depth steps per loop iteration.
+DEPTH_ORDER_UNROLL = 16
 
 
 # The in-order sum makes a pass over the output per depth step: affordable for attention's products (a 576-wide
@@ -371,13 +371,34 @@ def sum_in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
             acc = acc + x[..., :, k:k + 1] * y[..., k:k + 1, :]
         return acc
 
-    def step(k: Any, acc: Any) -> Any:
-        product = lax.dynamic_index_in_dim(x, k, axis=-1) * lax.dynamic_index_in_dim(y, k, axis=-2)
-        # XLA CPU contracts a multiply feeding an add into one fused multiply-add (rounded once); a select
-        # between them (NaN stays NaN) keeps the product rounded on its own, as the official kernel has it.
-        # Reduce-precision, bit casts, float64 products and optimization barriers did not (measured).
-        product = rounded_apart(xp, lax, product)
-        return acc + product
-
+    # the depth axis first, once: each step then reads a contiguous column (read across the rows, every step
+    # gathered it with a stride of the depth).  A loop over blocks of DEPTH_ORDER_UNROLL steps written out in the
+    # body (XLA fuses them into one pass over the output), the last partial block after it: 1.3-1.9x faster
+    # than fori_loop's own unrolling on 1x1 convolutions (XLA CPU, 2 cores).
+    by_depth = xp.moveaxis(x, -1, 0)
     depth = x.shape[-1]
-    return lax.fori_loop(0, depth, step, xp.zeros(shape, xp.float32), unroll=max(1, min(depth, DEPTH_ORDER_UNROLL)))
+
+    def add(acc: Any, columns: Any, rows: Any, count: int) -> Any:
+        for u in range(count):
+            # XLA CPU contracts a multiply feeding an add into one fused multiply-add (rounded once); a select
+            # between them (NaN stays NaN) keeps the product rounded on its own, as the official kernel has it.
+            # Reduce-precision, bit casts, float64 products and optimization barriers did not (measured).
+            product = rounded_apart(xp, lax, columns[u][..., None] * lax.index_in_dim(rows, u, axis=rows.ndim - 2))
+            acc = acc + product
+        return acc
+
+    unroll = DEPTH_ORDER_UNROLL
+    blocks = depth // unroll
+
+    def block(b: Any, acc: Any) -> Any:
+        columns = lax.dynamic_slice_in_dim(by_depth, b * unroll, unroll, axis=0)
+        rows = lax.dynamic_slice_in_dim(y, b * unroll, unroll, axis=y.ndim - 2)
+        return add(acc, columns, rows, unroll)
+
+    acc = xp.zeros(shape, xp.float32)
+    if blocks:
+        acc = lax.fori_loop(0, blocks, block, acc)
+    rest = depth - blocks * unroll
+    if rest:
+        acc = add(acc, by_depth[blocks * unroll:], lax.slice_in_dim(y, blocks * unroll, depth, axis=y.ndim - 2), rest)
+    return acc
