@@ -157,7 +157,7 @@ def quantize_rows_q8(xp: Any, x: Any) -> tuple[Any, Any, Any]:
     rows, depth = x.shape
     blocks = x.astype(xp.float32).reshape(rows, depth // BLOCK, BLOCK)
     amax = xp.max(xp.abs(blocks), axis=-1)
-    d = (amax / xp.float32(127)).astype(xp.float32)
+    d = fp.divide_f32_exactly(xp, amax, 127.0)
     nonzero = d != 0
     inverse = xp.where(nonzero, xp.float32(1) / xp.where(nonzero, d, xp.float32(1)), xp.float32(0)).astype(xp.float32)
     quants = fp.round_half_away_from_zero(xp, (blocks * inverse[..., None]).astype(xp.float32)).astype(xp.int32)

@@ -168,15 +168,16 @@ def quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
     rmin32, rmax32 = xp.minimum(lo, 0), xp.maximum(hi, 0)
     rmin, rmax = rmin32.astype(xp.float64), rmax32.astype(xp.float64)
     empty = rmin == rmax
-    scale64 = xp.where(empty, 1.0, (rmax32 - rmin32).astype(xp.float64) / 255.0)
-    from_min, from_max = -128.0 - rmin / scale64, 127.0 - rmax / scale64
-    use_min = (128.0 + xp.abs(rmin / scale64)) < (127.0 + xp.abs(rmax / scale64))
+    scale64 = xp.where(empty, 1.0, fp.divide_f64_exactly(xp, (rmax32 - rmin32).astype(xp.float64), 255.0))
+    low, high = fp.divide_f64_exactly(xp, rmin, scale64), fp.divide_f64_exactly(xp, rmax, scale64)
+    from_min, from_max = -128.0 - low, 127.0 - high
+    use_min = (128.0 + xp.abs(low)) < (127.0 + xp.abs(high))
     zero_point = xp.where(use_min, from_min, from_max)
     zero_point = xp.where(zero_point <= -128, -128.0,
                           xp.where(zero_point >= 127, 127.0, fp.round_half_away_from_zero(xp, zero_point)))
     zero_point = xp.where(empty, 0.0, zero_point)
     scale = scale64.astype(xp.float32)
-    inverse = (1.0 / scale.astype(xp.float64)).astype(xp.float32)
+    inverse = fp.divide_f64_exactly(xp, 1.0, scale.astype(xp.float64)).astype(xp.float32)
     # The official kernel rounds x * inverse and then adds the zero point: rounding zero_point + x * inverse
     # instead is one unit off where the float32 sum lands on a .5 tie that the product was not on (found as
     # the first diverging tensor of a dynamic-range encoder: one element of one row of 16k).

@@ -125,8 +125,28 @@ def divide_f32_exactly(xp: Any, x: Any, divisor: Any) -> Any:
     off by one ulp in about a third of the cases, which moves values across
     rounding boundaries; a float64 quotient rounded to float32 is exact (53 bits
     are enough for a correctly rounded single-precision division)."""
-    quotient = xp.asarray(x, xp.float64) / xp.asarray(divisor, xp.float64)
+    quotient = divide_f64_exactly(xp, xp.asarray(x, xp.float64), divisor)
     return quotient.astype(xp.float32)
+
+
+def divide_f64_exactly(xp: Any, x: Any, divisor: Any) -> Any:
+    """float64 ``x / divisor`` as C divides doubles.  XLA CPU does not always: its simplifier turns a
+    division by a constant into a multiplication by the rounded reciprocal, and two divisions by one value
+    in one kernel came out as multiplications by its reciprocal too (a dynamic-range FULLY_CONNECTED's row
+    range / 255.0, then rmin / scale and rmax / scale: the zero point of a row whose two candidates straddle
+    -0.5 came out one off, measured; a division by one value for a whole vector too).  Each division gets
+    the pair (x, divisor), broadcast, through an optimization barrier of its own, which the simplifier and the
+    kernel's code generation do not see through."""
+    divisor = xp.asarray(divisor, xp.float64)
+    if xp is not np:
+        import jax
+
+        # both broadcast to the result's shape first: a divisor the kernel sees as one value for every element
+        # is divided into 1 once and multiplied (LLVM's reciprocal transform hoists it out of the loop)
+        x = xp.asarray(x, xp.float64)
+        shape = np.broadcast_shapes(x.shape, divisor.shape)
+        x, divisor = jax.lax.optimization_barrier((xp.broadcast_to(x, shape), xp.broadcast_to(divisor, shape)))
+    return x / divisor
 
 
 # --- gemmlowp's int16 logistic and tanh (FixedPoint<int16_t, N> -> Q0.15), any integer bits N.
