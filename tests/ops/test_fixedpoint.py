@@ -100,3 +100,23 @@ def test_jax_agrees_with_numpy():
     f = (rng.integers(-50, 50, 500) + 0.5).astype(np.float32)
     np.testing.assert_array_equal(np.asarray(fp.round_half_away_from_zero(jnp, jnp.asarray(f))),
                                   fp.round_half_away_from_zero(np, f))
+
+
+def test_row_quantization_under_xla_divides_as_c_does():
+    """AsymmetricQuantizeFloats divides in double; rows whose two zero-point candidates straddle -0.5 by 1e-14
+    got a zero point one off under XLA CPU, which had turned range / 255.0 into a multiplication by the rounded
+    reciprocal, and rmin / scale and rmax / scale into multiplications by one reciprocal (a real-width int4
+    block-256 prefill: 5 % of its KV cache off the builtin kernels)."""
+    from litegpu.backends.xla import jax_module
+    from litegpu.ops import _quantized as q
+
+    jax = jax_module()
+    high = np.float32(11.293918)
+    row = np.linspace(-high, high, 512, dtype=np.float32)
+    rows = (row[None, :] * np.linspace(0.5, 1, 32, dtype=np.float32)[:, None]).astype(np.float32)
+    want = q.quantize_rows(np, rows, True)
+    got = jax.jit(lambda v: q.quantize_rows(jax.numpy, v, True))(rows)
+    for name, g, w in zip(("values", "scales", "zero points"), got, want):
+        np.testing.assert_array_equal(np.asarray(g), w, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: fp.divide_f64_exactly(jax.numpy, v, 255.0))(
+        rows.astype(np.float64))), rows.astype(np.float64) / 255.0)
