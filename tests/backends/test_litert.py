@@ -135,6 +135,18 @@ def test_big_models_and_reduced_precision_stay_off_it(monkeypatch):
     assert "XLA maps them in place" in LiteRtEngine().model_refusal(model)
 
 
+def test_a_model_whose_packed_copy_would_not_fit_stays_off_it(monkeypatch):
+    """Below the size bound, XNNPACK takes a big model only where the host has room for its packed copy."""
+    model = read_model(small_mlp())
+    weights = litert_backend.constant_bytes(model)
+    monkeypatch.setattr(litert_backend, "constant_bytes", lambda m: (512 << 20) + weights)
+    monkeypatch.setattr(litert_backend, "host_available_bytes", lambda: (1 << 30, "available memory (MemAvailable)"))
+    reason = LiteRtEngine().model_refusal(model)
+    assert reason is not None and "XNNPACK's packed copy" in reason and "1.0 GiB" in reason
+    monkeypatch.setattr(litert_backend, "host_available_bytes", lambda: (8 << 30, "available memory (MemAvailable)"))
+    assert LiteRtEngine().model_refusal(model) is None
+
+
 def accumulator(initial: float) -> bytes:
     """acc = initial (CALL_ONCE); each run: acc += x, returns acc: a resource variable."""
     b = ModelBuilder()
