@@ -74,8 +74,9 @@ class ProgramReport:
         found = []
         if self.ratio > MAX_WEIGHT_RATIO:
             found.append(f"weights {self.ratio:.2f}x the file's")
-        if self.widened:
-            found.append(f"{len(self.widened)} weights held wider than stored")
+        copies = [w for w in self.widened if not w.endswith("[product]")]
+        if copies:
+            found.append(f"{len(copies)} weights held wider than stored")
         if self.constant_elements > max_constant_elements:
             found.append(f"{self.constant_elements} constant elements compiled in")
         return found
@@ -159,12 +160,27 @@ def _widened_weights(computations: dict[str, list[str]], loops: set[str],
                 if (out and _elements(out.group(2)) == count and _ITEM_BITS[out.group(1)] > bits
                         and operands & sources
                         and not any(k in l for l in inner for k in (" reduce(", " dot(", " convolution("))):
-                    found.append(f"{name} ({bits}-bit, {count} elements)")
+                    kind = "product" if _multiplies_by_a_row(inner, count) else "copy"
+                    found.append(f"{name} ({bits}-bit, {count} elements)" + (" [product]" if kind == "product" else ""))
                     break
             else:
                 continue
             break
     return found
+
+
+def _multiplies_by_a_row(inner: list[str], count: int) -> bool:
+    """Whether a fusion of a weight's size multiplies it by a vector broadcast along its last axis, the axis a
+    product contracts: the elementwise half of a one-row product (x * w, summed by the next kernel), which XLA
+    writes for some 1x1 convolutions of one pixel, rather than the weight itself widened (a dequantizing
+    scale runs along the output channels or the blocks, never along the last axis alone)."""
+    for line in inner:
+        match = re.search(r"= (\w+)\[([0-9,]*)\][^ ]* broadcast\(.*dimensions=\{(\d+)\}", line)
+        if match and _elements(match.group(2)) == count:
+            rank = len([d for d in match.group(2).split(",") if d])
+            if int(match.group(3)) == rank - 1:
+                return True
+    return False
 
 
 def analyze(compiled: Any, weights: list[tuple[str, int, int]]) -> dict[str, Any]:

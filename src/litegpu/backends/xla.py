@@ -37,6 +37,7 @@ from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtyp
 from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
 from ..ops import Target
 from ..ops.common import opaque_zero, rounded_apart, tie_to, unpack_sub_byte
+from ..ops.fixedpoint import exact_divisions
 from ..ops.slicing import clamped_update_starts
 from .engine import Engine, EngineSettings, Executable, op_reasons
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
@@ -1113,6 +1114,12 @@ class XlaBackend:
 
     def _trace(self, params: dict, variables: dict, inputs: list, *, given_stacks: dict | None = None,
                final_stacks: dict | None = None) -> tuple[list, dict]:
+        # on the CPU the quantization steps divide as the builtin kernels' C does (ops.fixedpoint)
+        with exact_divisions(self.target is Target.XLA_CPU):
+            return self._trace_ops(params, variables, inputs, given_stacks=given_stacks, final_stacks=final_stacks)
+
+    def _trace_ops(self, params: dict, variables: dict, inputs: list, *, given_stacks: dict | None = None,
+                   final_stacks: dict | None = None) -> tuple[list, dict]:
         sg = self.subgraph
         runner = _XlaRunner(self.model, self.target, params=params, state=self.state,
                             constant=lambda sg_index, t: self._to_storage(t.data, t), variables=dict(variables),

@@ -157,8 +157,8 @@ def quantize_rows(xp: Any, rows: Any, asymmetric: bool) -> tuple[Any, Any, Any]:
         value_range = xp.maximum(xp.abs(lo), xp.abs(hi))
         empty = value_range == 0
         safe = xp.where(empty, xp.float32(1), value_range)
-        scale = xp.where(empty, xp.float32(1), fp.divide_f32_exactly(xp, safe, xp.float32(127)))
-        inverse = fp.divide_f32_exactly(xp, xp.float32(127), safe)
+        scale = xp.where(empty, xp.float32(1), fp.divide_f64_exactly(xp, safe, 127.0).astype(xp.float32))
+        inverse = fp.divide_f64_exactly(xp, 127.0, safe).astype(xp.float32)
         values = fp.round_half_away_from_zero(xp, rows * inverse)
         values = xp.where(empty, 0, xp.clip(values, -127, 127)).astype(xp.int64)
         return values, scale, xp.zeros_like(values[..., :1])

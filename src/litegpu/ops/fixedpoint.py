@@ -13,7 +13,10 @@ which jax only has with ``jax_enable_x64`` (the XLA backend turns it on).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -125,8 +128,23 @@ def divide_f32_exactly(xp: Any, x: Any, divisor: Any) -> Any:
     off by one ulp in about a third of the cases, which moves values across
     rounding boundaries; a float64 quotient rounded to float32 is exact (53 bits
     are enough for a correctly rounded single-precision division)."""
-    quotient = divide_f64_exactly(xp, xp.asarray(x, xp.float64), divisor)
+    quotient = xp.asarray(x, xp.float64) / xp.asarray(divisor, xp.float64)
     return quotient.astype(xp.float32)
+
+
+# Set while XLA CPU programs are traced (``exact_divisions``): only there does ``divide_f64_exactly`` pay for its
+# barrier (the GPU's float view of a quantized model is not bit for bit anyway, and the barrier costs kernels).
+_EXACT_DIVISIONS = contextvars.ContextVar("litegpu_exact_divisions", default=False)
+
+
+@contextlib.contextmanager
+def exact_divisions(wanted: bool = True) -> Iterator[None]:
+    """Trace with ``divide_f64_exactly`` dividing as C does (XLA CPU, where the builtin kernels' bits are the goal)."""
+    token = _EXACT_DIVISIONS.set(wanted)
+    try:
+        yield
+    finally:
+        _EXACT_DIVISIONS.reset(token)
 
 
 def divide_f64_exactly(xp: Any, x: Any, divisor: Any) -> Any:
@@ -136,9 +154,11 @@ def divide_f64_exactly(xp: Any, x: Any, divisor: Any) -> Any:
     range / 255.0, then rmin / scale and rmax / scale: the zero point of a row whose two candidates straddle
     -0.5 came out one off, measured; a division by one value for a whole vector too).  Each division gets
     the pair (x, divisor), broadcast, through an optimization barrier of its own, which the simplifier and the
-    kernel's code generation do not see through."""
+    kernel's code generation do not see through.  The barrier keeps XLA from fusing across it (on a GPU:
+    8 more kernels a decode step of an 8-layer int4 decoder), so it is used while XLA CPU programs are traced
+    (``exact_divisions``) only."""
     divisor = xp.asarray(divisor, xp.float64)
-    if xp is not np:
+    if xp is not np and _EXACT_DIVISIONS.get():
         import jax
 
         # both broadcast to the result's shape first: a divisor the kernel sees as one value for every element
