@@ -115,13 +115,18 @@ _XLA_STEERING = contextvars.ContextVar("litegpu_xla_steering", default=True)
 
 
 @contextlib.contextmanager
-def without_xla_steering() -> Iterator[None]:
-    """Trace ops without the hints meant for XLA's scheduler (``computed_once``, ``tie_to`` are then identities)."""
-    token = _XLA_STEERING.set(False)
+def while_set(variable: contextvars.ContextVar, value: Any) -> Iterator[None]:
+    """``variable`` holds ``value`` inside the block (a tracing mode: see ``without_xla_steering``)."""
+    token = variable.set(value)
     try:
         yield
     finally:
-        _XLA_STEERING.reset(token)
+        variable.reset(token)
+
+
+def without_xla_steering() -> contextlib.AbstractContextManager:
+    """Trace ops without the hints meant for XLA's scheduler (``computed_once``, ``tie_to`` are then identities)."""
+    return while_set(_XLA_STEERING, False)
 
 
 def rounded_apart(xp: Any, lax: Any, x: Any) -> Any:

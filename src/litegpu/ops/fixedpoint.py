@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from .common import while_set
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
@@ -137,14 +138,9 @@ def divide_f32_exactly(xp: Any, x: Any, divisor: Any) -> Any:
 _EXACT_DIVISIONS = contextvars.ContextVar("litegpu_exact_divisions", default=False)
 
 
-@contextlib.contextmanager
-def exact_divisions(wanted: bool = True) -> Iterator[None]:
+def exact_divisions(wanted: bool = True) -> contextlib.AbstractContextManager:
     """Trace with ``divide_f64_exactly`` dividing as C does (XLA CPU, where the builtin kernels' bits are the goal)."""
-    token = _EXACT_DIVISIONS.set(wanted)
-    try:
-        yield
-    finally:
-        _EXACT_DIVISIONS.reset(token)
+    return while_set(_EXACT_DIVISIONS, wanted)
 
 
 def divide_f64_exactly(xp: Any, x: Any, divisor: Any) -> Any:
