@@ -14,6 +14,7 @@ compiled again, and cached, for each new input shape.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import math
 import os
@@ -591,9 +592,32 @@ class CompiledModel:
         from ..backends.engine import EngineSettings
 
         cpu = self._options.cpu_options
-        return EngineSettings(num_threads=cpu.num_threads, precision=cpu.precision,
-                              approximate_integers=cpu.quantized_execution == "fast",
-                              exact_integers=cpu.quantized_execution == "exact")
+        settings = EngineSettings(num_threads=cpu.num_threads, precision=cpu.precision,
+                                  approximate_integers=cpu.quantized_execution == "fast",
+                                  exact_integers=cpu.quantized_execution == "exact")
+        if cpu.quantized_execution is None and self._hybrid_verdict(settings).openvino_allowed:
+            settings = dataclasses.replace(settings, approximate_integers=True)
+        return settings
+
+    def _hybrid_verdict(self, settings: Any) -> Any:
+        """For a dynamic-range model on the default fast path: whether OpenVINO may run its hybrid ops, measured
+        against XNNPACK's distance from the builtin kernels (``backends.fidelity``); measured once."""
+        if self.__dict__.get("_hybrid") is None:
+            from ..backends import fidelity
+
+            allowed = self._options.cpu_options.engines
+            if (self._options.cpu_options.kernels != "fast" or (allowed is not None and "openvino" not in allowed)
+                    or not fidelity.dynamic_range_only(self._ir)):
+                self._hybrid = fidelity.HybridVerdict(False, "not a dynamic-range model on the fast path")
+            else:
+                from ..backends.openvino import OpenVinoEngine
+
+                if not OpenVinoEngine().installed():
+                    self._hybrid = fidelity.HybridVerdict(False, "OpenVINO is not installed")
+                else:
+                    self._hybrid = fidelity.openvino_verdict(self._ir, self._ir.tflite_file, settings, self._cache,
+                                                             self._cache_key)
+        return self._hybrid
 
     def _make_backend(self, subgraph: int) -> Any:
         if self._plan.is_split or self._plan.target in (Target.OPENVINO, Target.LITERT, Target.IREE):
