@@ -63,14 +63,15 @@ def openvino_verdict(model: Model, file: str | None, settings: EngineSettings, c
     if refusal is not None:
         return HybridVerdict(False, refusal)
     from .litert import LiteRtEngine, litert_version
-    from .openvino import OpenVinoEngine, openvino_version
+    from .openvino import OpenVinoEngine, openvino_package_version
 
     key = None
     if cache is not None:
         from .cache import make_key
 
+        # OpenVINO's version from its package metadata: a warm start that keeps XNNPACK never imports OpenVINO
         key = make_key({**(cache_key or {}), "what": "hybrid ops: openvino against xnnpack",
-                        "litert": litert_version(), "openvino": openvino_version(), "cpu": cpu_name()})
+                        "litert": litert_version(), "openvino": openvino_package_version(), "cpu": cpu_name()})
         stored = cache.load(key)
         if stored is not None:
             try:
