@@ -85,9 +85,9 @@ def openvino_verdict(model: Model, file: str | None, settings: EngineSettings, c
                                      approximate_integers=True)
         xnnpack_run = LiteRtEngine(settings, file=file).compile(model, whole, settings)
         openvino_run = OpenVinoEngine(settings=ov_settings, file=file).compile(model, whole, ov_settings)
+        probes = _probe_inputs(model)
         distances = []
-        for inputs in _probe_inputs(model):
-            builtin = _builtin_outputs(file, inputs)
+        for inputs, builtin in zip(probes, _builtin_outputs(file, probes)):
             distances.append((_distance([np.asarray(y) for y in xnnpack_run.run(inputs)], builtin),
                               _distance([np.asarray(y) for y in openvino_run.run(inputs)], builtin)))
     except Exception as e:  # noqa: BLE001  (an engine that cannot run it whole: the rule by op type stands)
@@ -136,7 +136,8 @@ def _probe_inputs(model: Model) -> list[list[np.ndarray]]:
     return [[draw(shape).astype(dtype) for shape, dtype in shapes] for draw in draws]
 
 
-def _builtin_outputs(file: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def _builtin_outputs(file: str, probes: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """The builtin kernels' outputs (the official interpreter without its delegates, one thread) for each probe."""
     from .litert import _interpreter_module, native_info_logs_dropped
 
     module = _interpreter_module()
@@ -145,10 +146,13 @@ def _builtin_outputs(file: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
             model_path=file, num_threads=1,
             experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
         interpreter.allocate_tensors()
-    for detail, x in zip(interpreter.get_input_details(), inputs):
-        interpreter.set_tensor(detail["index"], x)
-    interpreter.invoke()
-    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+    found = []
+    for inputs in probes:
+        for detail, x in zip(interpreter.get_input_details(), inputs):
+            interpreter.set_tensor(detail["index"], x)
+        interpreter.invoke()
+        found.append([interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()])
+    return found
 
 
 def _distance(got: list[np.ndarray], want: list[np.ndarray]) -> float:

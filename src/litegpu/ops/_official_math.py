@@ -357,6 +357,7 @@ IN_ORDER_MAX_MACS = 1 << 26
 
 
 def in_order_affordable(x: Any, y: Any) -> bool:
+    """Whether x [..., M, K] @ y [..., K, N] is summed in depth order (``sum_in_depth_order``)."""
     batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(y.shape[:-2]))
     return int(np.prod(batch)) * x.shape[-2] * x.shape[-1] * y.shape[-1] <= IN_ORDER_MAX_MACS
 

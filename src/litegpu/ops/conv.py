@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _quantized as q
 from . import fixedpoint as fp
-from ._official_math import in_order_affordable, sum_in_depth_order
+from ._official_math import IN_ORDER_MAX_MACS, sum_in_depth_order
 from .common import conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
 from .registry import Op, OpContext, Target, register
 
@@ -116,7 +116,7 @@ def _conv_in_order_affordable(ctx: OpContext, x_shape: tuple, w_shape: tuple) ->
     cout, kh, kw, cin_g = w_shape
     out_hw = _output_sizes(ctx, x_shape[1:3], (kh, kw), strides, dilations, pads)
     rows = x_shape[0] * out_hw[0] * out_hw[1]
-    return in_order_affordable(np.empty((rows, kh * kw * cin_g), np.bool_), np.empty((kh * kw * cin_g, cout), np.bool_))
+    return rows * kh * kw * cin_g * cout <= IN_ORDER_MAX_MACS  # the im2col GEMM's multiply-adds
 
 
 def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:

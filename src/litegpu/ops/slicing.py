@@ -367,10 +367,6 @@ def clamped_update_starts(xp: Any, operand_shape: tuple, update_shape: tuple, st
     return [xp.clip(starts[i], 0, operand_shape[i] - update_shape[i]) for i in range(len(operand_shape))]
 
 
-def _clamped_starts(ctx: OpContext, operand_shape: tuple, update_shape: tuple, starts: Any) -> list:
-    return clamped_update_starts(ctx.xp, operand_shape, update_shape, starts)
-
-
 @register("DYNAMIC_UPDATE_SLICE")
 class DynamicUpdateSlice(Op):
     dtypes = ANY_DTYPE
@@ -383,7 +379,7 @@ class DynamicUpdateSlice(Op):
 
     def reference(self, ctx: OpContext, x: np.ndarray, update: np.ndarray, starts: np.ndarray) -> np.ndarray:
         self._check(ctx, x, update, starts)
-        begin = _clamped_starts(ctx, x.shape, update.shape, starts.astype(np.int64))
+        begin = clamped_update_starts(np, x.shape, update.shape, starts.astype(np.int64))
         out = np.array(x, copy=True)
         out[tuple(slice(int(b), int(b) + u) for b, u in zip(begin, update.shape))] = update
         return out
@@ -391,7 +387,7 @@ class DynamicUpdateSlice(Op):
     def lower(self, ctx: OpContext, x: Any, update: Any, starts: Any) -> Any:
         self._check(ctx, x, update, starts)
         # Clamp here: lax would first wrap negative starts like Python indices.
-        begin = _clamped_starts(ctx, x.shape, update.shape, starts)
+        begin = clamped_update_starts(ctx.xp, x.shape, update.shape, starts)
         return ctx.lax.dynamic_update_slice(x, update.astype(x.dtype), begin)
 
 

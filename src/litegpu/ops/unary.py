@@ -322,30 +322,31 @@ class Square(_Unary):
         return x * x
 
 
+class _GlibcTrig(_Unary):
+    """std::sin / std::cos: glibc's sinf / cosf (RoPE's angles).  numpy's float32 ones are an ulp off them in
+    15 % of elements; XLA CPU's equal them (measured, |x| up to 3e38), so only the reference needs the
+    emulation."""
+
+    cosine = False
+
+    def compute(self, ctx, x):
+        if ctx.lax is None and x.dtype == np.float32:
+            return official_math.glibc_sincosf(ctx, x, cosine=self.cosine)
+        return super().compute(ctx, x)
+
+
 @register("SIN")
-class Sin(_Unary):
+class Sin(_GlibcTrig):
     def apply(self, xp, x):
         return xp.sin(x)
 
-    def compute(self, ctx, x):
-        # std::sin: glibc's sinf (RoPE's angles).  numpy's float32 sin is an ulp off it in 15 % of elements;
-        # XLA CPU's equals it (measured, |x| up to 3e38), so only the reference needs the emulation.
-        if ctx.lax is None and x.dtype == np.float32:
-            return official_math.glibc_sincosf(ctx, x, cosine=False)
-        return super().compute(ctx, x)
-
 
 @register("COS")
-class Cos(_Unary):
+class Cos(_GlibcTrig):
+    cosine = True
+
     def apply(self, xp, x):
         return xp.cos(x)
-
-    def compute(self, ctx, x):
-        # std::cos: glibc's cosf (RoPE's angles).  numpy's float32 cos is an ulp off it in 15 % of elements;
-        # XLA CPU's equals it (measured, |x| up to 3e38), so only the reference needs the emulation.
-        if ctx.lax is None and x.dtype == np.float32:
-            return official_math.glibc_sincosf(ctx, x, cosine=True)
-        return super().compute(ctx, x)
 
 
 @register("FLOOR")
