@@ -82,16 +82,18 @@ def official_loop(path: str, prompt: list[int], new: int, threads: int, builtin:
     return run
 
 
-def litegpu_loop(path: str, prompt: list[int], new: int, threads: int, carried: bool = True):
+def litegpu_loop(path: str, prompt: list[int], new: int, threads: int, carried: bool = True,
+                 engines: tuple[str, ...] | None = None):
     """``generate_stream``; ``carried=False`` passes the cache through TensorBuffers even where the official
-    interpreter could keep it in its tensors (the code before issue 26), to measure what keeping it saves."""
+    interpreter could keep it in its tensors (the code before issue 26), to measure what keeping it saves;
+    ``engines`` limits the CPU engines (``("openvino",)`` keeps the official interpreter out: XLA runs the rest)."""
     import contextlib
 
     import litegpu
     from litegpu.runtime import generate as generate_module
 
     model = litegpu.CompiledModel.from_file(path, options=litegpu.Options(
-        litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=threads)))
+        litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=threads, engines=engines)))
 
     @contextlib.contextmanager
     def through_buffers():
@@ -134,18 +136,31 @@ def litert_lm_loop(bundle: str, prompt: list[int], new: int, threads: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model")
+    parser.add_argument("model", nargs="+", help="one model, or several timed side by side (rows prefixed by "
+                        "the file's name)")
     parser.add_argument("--prompt", type=int, default=20)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--litertlm", help="the same model as a .litertlm bundle: also time LiteRT-LM")
+    parser.add_argument("--without-litert", action="store_true",
+                        help="also time litegpu with the official interpreter kept out (XLA and OpenVINO)")
+    parser.add_argument("--skip", nargs="*", default=[], help="runtimes to leave out, e.g. 'official builtin'")
     args = parser.parse_args()
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, 100, args.prompt)]
-    runs = {"litegpu": litegpu_loop(args.model, prompt, args.new, args.threads),
-            "litegpu, cache through buffers": litegpu_loop(args.model, prompt, args.new, args.threads, False),
-            "official builtin": official_loop(args.model, prompt, args.new, args.threads, True),
-            "official XNNPACK": official_loop(args.model, prompt, args.new, args.threads, False)}
+    runs = {}
+    for path in args.model:
+        label = "" if len(args.model) == 1 else f"{path.rsplit('/', 1)[-1].removesuffix('.tflite')}: "
+        made = {"litegpu": lambda: litegpu_loop(path, prompt, args.new, args.threads),
+                "litegpu, cache through buffers": lambda: litegpu_loop(path, prompt, args.new, args.threads, False),
+                "official builtin": lambda: official_loop(path, prompt, args.new, args.threads, True),
+                "official XNNPACK": lambda: official_loop(path, prompt, args.new, args.threads, False)}
+        if args.without_litert:
+            made["litegpu without the official interpreter"] = \
+                lambda: litegpu_loop(path, prompt, args.new, args.threads, engines=("openvino",))
+        for name, make in made.items():
+            if name not in args.skip:
+                runs[label + name] = _made_or_error(make)
     if args.litertlm:
         runs["LiteRT-LM (its benchmark)"] = litert_lm_loop(args.litertlm, prompt, args.new, args.threads)
     results: dict[str, list] = {k: [] for k in runs}
@@ -159,16 +174,29 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, run in runs.items():
             results[name].append(run())
-    print(f"| runtime | time to first token ms | decode tokens/s | greedy tokens equal litegpu's |\n|---|---:|---:|---|")
-    ours = results["litegpu"][0][2]
+    print("| runtime | time to first token ms | decode tokens/s | decode ms / token | greedy tokens equal litegpu's |"
+          "\n|---|---:|---:|---:|---|")
     for name, values in results.items():
+        label = name[:name.index(": ") + 2] if ": " in name else ""
+        ours = results.get(label + "litegpu", [[None, None, None]])[0][2]
         ttft = np.median([v[0] for v in values]) * 1e3
         rate = np.median([v[1] for v in values])
         same = "n/a (token ids not exposed)" if not values[0][2] else values[0][2] == ours
-        print(f"| {name} | {ttft:.1f} | {rate:.0f} | {same} |")
+        print(f"| {name} | {ttft:.1f} | {rate:.0f} | {1e3 / rate:.2f} | {same} |")
     for name, error in errors.items():
-        print(f"| {name} | cannot run: {error} | | |")
-    print(f"\nlitegpu's plan: {runs['litegpu'].plan}; {args.threads} threads, median of {args.repeats} alternated repeats")
+        print(f"| {name} | cannot run: {error} | | | |")
+    plans = "; ".join(f"{name}: {run.plan}" for name, run in runs.items() if hasattr(run, "plan"))
+    print(f"\nlitegpu's plans: {plans}; {args.threads} threads, median of {args.repeats} alternated repeats")
+
+
+def _made_or_error(make):
+    """The loop ``make()`` returns, or one that raises what making it raised (reported as "cannot run")."""
+    try:
+        return make()
+    except Exception as e:  # noqa: BLE001
+        def failed():
+            raise e
+        return failed
 
 
 if __name__ == "__main__":

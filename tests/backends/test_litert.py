@@ -22,6 +22,7 @@ from litegpu.ir.builder import ModelBuilder  # noqa: E402
 from litegpu.ir.save import to_bytes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from test_matmul_quantized import blockwise_model  # noqa: E402
 from test_variables import accumulate, add_init_subgraph  # noqa: E402
 
 CPU = litegpu.HardwareAccelerator.CPU
@@ -456,3 +457,108 @@ def test_only_info_lines_are_dropped_and_stderr_is_restored(capfd, monkeypatch):
         os.write(2, b"INFO: chatter\nWARNING: something the user must see\n")
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "WARNING: something the user must see\nafter\n"
+
+
+# ---- int4 weights ----------------------------------------------------------------------------------------------
+
+def builtin_kernels(data, inputs):
+    interpreter = litert.Interpreter(model_content=data, experimental_op_resolver_type=(
+        litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    interpreter.allocate_tensors()
+    for d, x in zip(interpreter.get_input_details(), inputs):
+        interpreter.set_tensor(d["index"], x)
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+
+
+def with_scales(model, change):
+    """``model`` (one blockwise FULLY_CONNECTED) with its scales passed through ``change``."""
+    import dataclasses
+
+    from litegpu.ir.model import Buffer
+
+    sg = model.subgraphs[0]
+    scales = sg.tensors[int(sg.tensors[sg.operators[0].inputs[1]].quantization.details["scales"])]
+    values = change(scales.data.copy())
+    raw = np.frombuffer(values.tobytes(), np.uint8)
+    tensors = list(sg.tensors)
+    tensors[scales.index] = dataclasses.replace(scales, dtype=str(values.dtype), raw=raw,
+                                                buffer=len(model.buffers))
+    return dataclasses.replace(model, subgraphs=(dataclasses.replace(sg, tensors=tuple(tensors)),),
+                               buffers=(*model.buffers, Buffer(raw)))
+
+
+def bfloat16_exact(scales):
+    """float16 scales that bfloat16 holds exactly, as litert-torch writes them (XNNPACK keeps bfloat16 scales)."""
+    return (scales.astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32).astype(np.float16)
+
+
+def test_blockwise_int4_weights_run_on_xnnpack_near_the_builtin_kernels():
+    model = with_scales(read_model(to_bytes(blockwise_model((3, 256), 16, 32))), bfloat16_exact)
+    assert litert_backend.sub_byte_refusal(model) is None
+    assert LiteRtEngine().model_refusal(model) is None
+    x = np.random.default_rng(3).normal(size=(3, 256)).astype(np.float32)
+    (got,) = LiteRtEngine().compile(model, whole(model), EngineSettings(num_threads=1)).run([x])
+    (want,) = builtin_kernels(to_bytes(model), [x])
+    # XNNPACK's int4 kernels quantize each input row as the builtin hybrid kernels do; the float steps may round
+    # otherwise
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    assert litegpu.CompiledModel.from_buffer(to_bytes(model), CPU).plan.target.value == "litert"
+
+
+def test_a_block_of_zero_scale_is_cleared_so_that_xnnpack_takes_the_model():
+    """The official default refuses the whole model over one zero scale (litert-torch's int4 exports with tied
+    embeddings have a row of zeros); litegpu hands XNNPACK the same weights in a form it takes."""
+    def zero_first_row(scales):
+        scales = bfloat16_exact(scales)
+        scales[0] = 0
+        return scales
+
+    model = with_scales(read_model(to_bytes(blockwise_model((2, 64), 8, 32))), zero_first_row)
+    data = to_bytes(model)
+    with pytest.raises(RuntimeError, match="unsupported scale value"):
+        official(data, [np.zeros((2, 64), np.float32)])
+    cleared = litert_backend.with_empty_blocks_cleared(model)
+    assert cleared is not model and litert_backend.with_empty_blocks_cleared(cleared) is cleared
+    w, w_cleared = (m.subgraphs[0].tensors[m.subgraphs[0].operators[0].inputs[1]] for m in (model, cleared))
+    assert np.any(w.data[0] != 0) and np.all(w_cleared.data[0] == 0)  # the same weights: zeros
+    np.testing.assert_array_equal(w_cleared.data[1:], w.data[1:])
+    x = np.random.default_rng(4).normal(size=(2, 64)).astype(np.float32)
+    (got,) = LiteRtEngine().compile(model, whole(model), EngineSettings(num_threads=1)).run([x])
+    (want,) = builtin_kernels(data, [x])
+    np.testing.assert_array_equal(got[:, 0], want[:, 0])  # the bias alone
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda s: s.astype(np.float32), "blockwise scales in float32"),
+    (lambda s: -bfloat16_exact(s), "negative, subnormal"),
+    (lambda s: np.full_like(s, 1e-6), "negative, subnormal"),  # an fp16 subnormal
+    (lambda s: s, "bfloat16 does not hold exactly"),  # XNNPACK would round them: 1.7e-3 off on this model
+])
+def test_int4_weights_xnnpack_would_refuse_stay_off_it(change, match):
+    model = with_scales(read_model(to_bytes(blockwise_model((1, 64), 8, 32))), change)
+    assert match in litert_backend.sub_byte_refusal(model)
+    assert match in LiteRtEngine().model_refusal(model)
+
+
+def test_other_sub_byte_weights_stay_off_it():
+    model = read_model(to_bytes(blockwise_model((1, 64), 8, 32, zero_points=0)))
+    assert "blockwise with scales only" in litert_backend.sub_byte_refusal(model)
+    b = ModelBuilder()
+    x = b.input("x", (1, 8))
+    w = b.constant("w", np.ones((8, 8), np.int8), "int2")
+    y = b.tensor("y", (1, 8))
+    b.op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.output(y)
+    assert "constant int4 weights only" in litert_backend.sub_byte_refusal(b.build())
+
+
+def test_the_plan_says_whose_numbers_the_hybrid_ops_give():
+    data = to_bytes(with_scales(read_model(to_bytes(blockwise_model((3, 256), 16, 32))), bfloat16_exact))
+    fast = litegpu.CompiledModel.from_buffer(data, CPU).plan
+    assert "dynamic-range (hybrid) ops on LiteRT (XNNPACK)" in fast.numerics
+    assert "CpuKernelMode.BUILTIN" in fast.numerics
+    exact = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(kernel_mode=litegpu.CpuKernelMode.BUILTIN))
+    assert litegpu.CompiledModel.from_buffer(data, exact).plan.numerics is None
+    assert litegpu.CompiledModel.from_buffer(small_mlp(), CPU).plan.numerics is None

@@ -393,3 +393,20 @@ def test_inspect_devices_estimates_the_weights_per_device_without_the_devices(ca
     assert quarter - len(split) <= weights["estimated_bytes_per_device"] <= quarter
     code, out, _ = run_cli(capsys, "inspect", str(model), "--devices", "4")
     assert "split on axis 0 (FULLY_CONNECTED weights [out, in]; packed int4, split by rows)" in out.replace("\n", " ")
+
+
+def test_run_says_whose_numbers_a_dynamic_range_model_gives(tmp_path, capsys):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
+    from test_litert import bfloat16_exact, blockwise_model, with_scales
+
+    path = tmp_path / "int4.tflite"
+    path.write_bytes(to_bytes(with_scales(read_model(to_bytes(blockwise_model((3, 256), 16, 32))), bfloat16_exact)))
+    code, out, err = run_cli(capsys, "run", str(path), "--runs", "1")
+    assert code == 0, err
+    assert "engines: 1 op on LiteRT (XNNPACK)" in out and "numbers: dynamic-range (hybrid) ops" in out
+    assert "--kernel-mode builtin" in out
+    code, out, err = run_cli(capsys, "run", str(path), "--runs", "1", "--kernel-mode", "builtin")
+    assert code == 0, err
+    assert "on XLA" in out and "numbers:" not in out

@@ -69,3 +69,26 @@ def test_an_op_calling_a_subgraph_cannot_be_cut_out():
     model = read_model(to_bytes(b.build()))
     with pytest.raises(InvalidArgumentError, match="calls another subgraph"):
         extract_ops(model, 0, (0,), (x,), (y,))
+
+
+def test_blockwise_weights_keep_their_scales_in_the_sub_model():
+    """Blockwise scales are no op's input: the weights' quantization details name them, by tensor index."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from test_matmul_quantized import blockwise_model
+
+    model = read_model(to_bytes(blockwise_model((2, 64), 8, 32)))
+    sg = model.subgraphs[0]
+    fc = sg.operators[0]
+    sub = extract_ops(model, 0, [0], [fc.inputs[0]], list(fc.outputs))
+    weights = sub.subgraphs[0].tensors[sub.subgraphs[0].operators[0].inputs[1]]
+    scales = sub.subgraphs[0].tensors[int(weights.quantization.details["scales"])]
+    original = sg.tensors[int(sg.tensors[fc.inputs[1]].quantization.details["scales"])]
+    assert scales.name == tensor_port_name(original.index)
+    np.testing.assert_array_equal(scales.data, original.data)
+    x = np.random.default_rng(5).normal(size=(2, 64)).astype(np.float32)
+    (whole,) = GraphRunner(model, Target.REFERENCE).run_subgraph(0, [x])
+    (part,) = GraphRunner(sub, Target.REFERENCE).run_subgraph(0, [x])
+    np.testing.assert_array_equal(part, whole)

@@ -10,7 +10,8 @@ OpenVINO partition of a split model, where timing says it is faster (``faster_th
 - **Support** is the official interpreter's own answer: the model is loaded and its tensors allocated
   (which applies the XNNPACK delegate); a model it cannot load (custom ops it lacks) is refused as a whole
   with its message.  Settings it cannot honour (bf16, ``quantized_execution="exact"`` on integer ops) and
-  weights it would copy (past 1 GiB) or run on slow kernels (int4) refuse it before loading; custom ops
+  weights it would copy (past 2 GiB) or run on slow kernels (sub-byte weights other than int4 FULLY_CONNECTED
+  weights, ``sub_byte_refusal``) refuse it before loading; custom ops
   registered from Python run in litegpu only.
 - **Compile** creates one interpreter per model, shared by the model's signatures so that resource
   variables keep one state, with the thread count asked for (the official default is one thread; litegpu's
@@ -163,10 +164,9 @@ class LiteRtEngine(Engine):
             return (f"the model's weights ({weights / 2**30:.2f} GiB) and XNNPACK's packed copy of them need more "
                     f"than the {room[0] / 2**30:.1f} GiB this process can still get ({room[1]}): XLA maps them "
                     "in place")
-        sub_byte = sorted({t.dtype for sg in model.subgraphs for t in sg.tensors if t.dtype in SUB_BYTE_DTYPES})
-        if sub_byte:
-            return (f"{'/'.join(sub_byte)} weights: XNNPACK does not take them and the builtin kernels that would run "
-                    "them are 10x slower than XLA's (BENCHMARKS.md, LLM table)")
+        sub_byte = sub_byte_refusal(model)
+        if sub_byte is not None:
+            return sub_byte
         if self.settings.exact_integers and any(integer_arithmetic(sg, op) for sg in model.subgraphs
                                                 for op in sg.operators):
             return ("integer arithmetic with CpuOptions(quantized_execution=\"exact\"): kept on the exact TFLite "
@@ -183,6 +183,9 @@ class LiteRtEngine(Engine):
         key = (id(model), part)
         if key not in self._interpreters:
             target, file = (model, self.file) if part is None else (_sub_model(model, part), None)
+            cleared = with_empty_blocks_cleared(target)
+            if cleared is not target:  # the interpreter reads the rewritten model from memory
+                target, file = cleared, None
             threads = self.threads_for(target, file, "whole model" if part is None else str(part))
             self._interpreters[key] = _SharedInterpreter(target, file, threads)
         return self._interpreters[key]
@@ -372,6 +375,101 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     if one is None or more is None:
         return cores
     return 1 if one <= more * (1 + TIE_MARGIN) else cores
+
+
+def sub_byte_refusal(model: Model) -> str | None:
+    """Why XNNPACK would not run ``model``'s sub-byte weights (None: it has none, or XNNPACK takes them all).
+
+    XNNPACK's int4 kernels take FULLY_CONNECTED weights quantized per channel or blockwise with float16 scales
+    (what litert-torch writes), its int8 activations quantized per row as the builtin hybrid kernels do: an int4
+    SmolLM-width decoder ran a decode step in 0.44 ms there against 2.5 ms for its float32 export and 5.4 ms on
+    XLA (BENCHMARKS.md, "int4 on XNNPACK").  An EMBEDDING_LOOKUP of the same table (tied embeddings) runs on the
+    builtin kernels, a copy of one row.  Any other use of sub-byte tensors would leave an op on the builtin
+    kernels, which run int4 products 10x slower than XLA."""
+    for sg in model.subgraphs:
+        sub_byte = {t.index for t in sg.tensors if t.dtype in SUB_BYTE_DTYPES}
+        if not sub_byte:
+            continue
+        for op in sg.operators:
+            for slot, t in enumerate(op.inputs):
+                if t not in sub_byte:
+                    continue
+                tensor = sg.tensors[t]
+                where = f"{tensor.dtype} tensor {tensor.name!r} of {op}"
+                if (op.opcode_name, slot) not in (("FULLY_CONNECTED", 1), ("EMBEDDING_LOOKUP", 1)):
+                    return f"{where}: XNNPACK takes int4 weights of FULLY_CONNECTED only"
+                reason = _int4_weights_refusal(sg, tensor)
+                if reason is not None:
+                    return f"{where}: {reason}"
+        if any(t in sub_byte for op in sg.operators for t in op.outputs):
+            return "sub-byte tensors computed at run time: XNNPACK takes int4 weights only"
+    return None
+
+
+def _int4_weights_refusal(sg: Any, tensor: Any) -> str | None:
+    """What in these int4 weights XNNPACK's checks refuse (None: nothing), zero blockwise scales aside
+    (``with_empty_blocks_cleared``)."""
+    if tensor.dtype != "int4" or tensor.data is None:
+        return "XNNPACK takes constant int4 weights only"
+    q = tensor.quantization
+    details = q.details if q is not None else None
+    if details is None:
+        if q is None or not q.is_affine or any(z != 0 for z in q.zero_point):
+            return "XNNPACK takes int4 weights per channel with zero points 0, or blockwise"
+        return None if all(np.isfinite(s) and s > 0 for s in q.scale) else "scales that are not positive"
+    if details.get("type") != "BlockwiseQuantization" or int(details.get("zero_points", -1)) >= 0 \
+            or details.get("block_shape"):
+        return f"{details.get('type')} details XNNPACK does not take (blockwise with scales only, one block size)"
+    scales = sg.tensors[int(details["scales"])]
+    if scales.dtype != "float16" or scales.data is None:
+        return f"blockwise scales in {scales.dtype}: XNNPACK reads them as float16"
+    values = scales.data.astype(np.float32)
+    used = values[values != 0]
+    if not (np.all(used > 0) and np.all(used >= np.finfo(np.float16).tiny) and np.all(np.isfinite(used))):
+        return "blockwise scales that are negative, subnormal or infinite: XNNPACK refuses them"
+    if np.any(used.view(np.uint32) & 0xFFFF):
+        # measured: 1.7e-3 of the output off the builtin kernels with such scales, 1e-7 with bf16 ones
+        return ("blockwise scales that bfloat16 does not hold exactly: XNNPACK rounds them to bfloat16 "
+                "(litert-torch writes scales it holds)")
+    return None
+
+
+def with_empty_blocks_cleared(model: Model) -> Model:
+    """``model`` with each int4 block whose scale is 0 given scale 1 and zero values: the same weights (zeros)
+    and the same products, in the form XNNPACK takes (it refuses a zero scale and with it the whole model: the
+    official interpreter's default cannot load litert-torch's int4 exports of tied embeddings with a row of
+    zeros).  ``model`` itself where no block needs it."""
+    import dataclasses
+
+    from ..ir.dtypes import pack_sub_byte
+    from ..ir.model import Buffer
+
+    buffers = list(model.buffers)
+    subgraphs = list(model.subgraphs)
+    for k, sg in enumerate(model.subgraphs):
+        tensors, changed = list(sg.tensors), False
+        for t in sg.tensors:
+            details = t.quantization.details if t.quantization is not None else None
+            if t.dtype != "int4" or details is None or details.get("type") != "BlockwiseQuantization" \
+                    or t.data is None:
+                continue
+            scales = sg.tensors[int(details["scales"])]
+            if scales.data is None or scales.dtype != "float16" or np.all(scales.data != 0):
+                continue
+            empty = scales.data == 0
+            values = t.data.reshape(*empty.shape, -1).copy()
+            values[empty] = 0
+            new_scales = np.where(empty, np.float16(1), scales.data).astype(np.float16)
+            for tensor, raw in ((t, pack_sub_byte(values.reshape(t.shape), "int4")),
+                                (scales, np.frombuffer(new_scales.tobytes(), np.uint8))):
+                buffers.append(Buffer(raw))
+                tensors[tensor.index] = dataclasses.replace(tensor, buffer=len(buffers) - 1, raw=raw)
+            changed = True
+        if changed:
+            subgraphs[k] = dataclasses.replace(sg, tensors=tuple(tensors))
+    if len(buffers) == len(model.buffers):
+        return model
+    return dataclasses.replace(model, subgraphs=tuple(subgraphs), buffers=tuple(buffers))
 
 
 def _whole_subgraph(model: Model, subgraph: int) -> OpRange:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .common import console, human_bytes, titled_table
+from .common import KERNEL_MODES, console, human_bytes, titled_table
 from .run_cmd import SEED, _accelerator, random_input
 
 DEFAULT_RUNS = 50
@@ -129,7 +129,6 @@ class _Progress:
 
 
 # ---- the model --------------------------------------------------------------------------------
-KERNEL_MODES = ("fast", "builtin", "reference")
 
 
 def _options(accelerator: str, precision: str, threads: int, cache_dir: str, kernel_mode: str = "fast",
@@ -248,7 +247,7 @@ def delegation(model: Any) -> dict[str, Any]:
             "engine_summary": plan.engine_summary(),
             "fully_delegated": bool(model.is_fully_accelerated()), "ops": plan.num_ops,
             "ops_on_gpu": plan.ops_on("GPU"), "ops_on_cpu": plan.ops_on("CPU"),
-            "refused": [str(u) for u in plan.unsupported], "notes": list(plan.notes)}
+            "refused": [str(u) for u in plan.unsupported], "notes": list(plan.notes), "numerics": plan.numerics}
 
 
 def _warm_up_runtime() -> None:
@@ -549,6 +548,8 @@ def render(result: dict[str, Any]) -> None:
                   f"{d['ops_on_gpu']} ops on GPU, {d['ops_on_cpu']} on CPU of {d['ops']}: {d['engine_summary']}")
     for refused in d["refused"][:5]:
         table.add_row("", "", f"refused: {refused}")
+    if d.get("numerics"):
+        table.add_row("numbers", "", d["numerics"])
     table.add_row("start-up, cold", _ms(init["cold"]["total_ms"]),
                   f"load {_ms(init['cold']['load_ms'])} + first run {_ms(init['cold']['first_run_ms'])} "
                   "(trace, compile, run, read back)")

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 PREVIEW_BYTES = 16
+# --kernel-mode of run / bench / inspect: CpuOptions.kernel_mode's names
+KERNEL_MODES = ("fast", "builtin", "reference")
 
 
 def console() -> Any:

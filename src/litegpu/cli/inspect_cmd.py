@@ -12,7 +12,7 @@ import numpy as np
 from ..format import decode_model
 from ..ir import Model, Quantization, Tensor
 from ..ir.load import model_from_raw
-from .common import console, hex_preview, human_bytes, jsonable, titled_table
+from .common import KERNEL_MODES, console, hex_preview, human_bytes, jsonable, titled_table
 
 _VALID_FLEX_WIDTHS = (1, 2, 4, 8)
 
@@ -367,7 +367,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accelerator", metavar="cpu|gpu|gpu,cpu",
                    help="print the delegation plan instead: partitions, op counts, the ops that fall back to the "
                         "CPU and why, and the tensors crossing partitions with their sizes")
-    p.add_argument("--kernel-mode", choices=("fast", "builtin", "reference"), default="fast",
+    p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels for the plan: fast (OpenVINO where it converts the ops, XLA for the rest; the "
                         "default), builtin (the exact TFLite kernels on XLA) or reference (numpy)")
     p.add_argument("--gpu-engine", choices=("xla", "iree"), default="xla",

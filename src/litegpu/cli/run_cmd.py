@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .common import KERNEL_MODES
 
 BUNDLED_MODEL = "mediapipe_face_detection_short_range.tflite"
 SEED = 1234
@@ -79,11 +80,16 @@ def _summary(name: str, array: np.ndarray) -> str:
 
 
 def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, accelerator: str,
-              runs: int) -> list[str]:
-    from litegpu import CompiledModel
+              runs: int, kernel_mode: str = "fast") -> list[str]:
+    import litegpu
 
     t0 = time.perf_counter()
-    model = CompiledModel.from_file(str(path), hardware_accel=_accelerator(accelerator))
+    if kernel_mode == "fast":  # what a user gets with no options
+        model = litegpu.CompiledModel.from_file(str(path), hardware_accel=_accelerator(accelerator))
+    else:
+        mode = {"builtin": litegpu.CpuKernelMode.BUILTIN, "reference": litegpu.CpuKernelMode.REFERENCE}[kernel_mode]
+        model = litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
+            _accelerator(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=mode)))
     signatures = model.get_signature_list()
     key = signature if signature is not None else next(iter(signatures))
     if key not in signatures:
@@ -113,6 +119,8 @@ def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, 
     out_names = list(signatures[key].get("outputs", [])) or [f"output_{i}" for i in range(len(results))]
     lines = [f"{path.name}  signature {key!r}  accelerator {accelerator}",
              f"engines: {model.plan.engine_summary()}"]
+    if model.plan.numerics:
+        lines.append(f"numbers: {model.plan.numerics}")
     lines.append("inputs:" + ("" if inputs else f" random (seed {SEED})"))
     lines += [_summary(name, a) for name, a in zip(details, arrays)]
     lines.append("outputs:")
@@ -124,7 +132,8 @@ def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, 
 
 def run(args: Any) -> int:
     path = args.file if args.file is not None else bundled_model()
-    lines = run_model(path, parse_inputs(args.input or []), args.signature, args.accelerator, args.runs)
+    lines = run_model(path, parse_inputs(args.input or []), args.signature, args.accelerator, args.runs,
+                      args.kernel_mode)
     print("\n".join(lines))  # plain print: value lists must not wrap mid-number
     return 0
 
@@ -138,4 +147,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu",
                    help="where to run (default cpu)")
     p.add_argument("--runs", type=int, default=10, metavar="N", help="timed runs after the first (default 10)")
+    p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
+                   help="CPU kernels: fast (the fastest engine per model, the default), builtin (the official "
+                        "builtin kernels' numbers, on XLA) or reference (numpy)")
     p.set_defaults(handler=run)

@@ -151,6 +151,9 @@ class DelegationPlan:
     num_ops: int = 0
     notes: tuple[str, ...] = field(default=())
     boundaries: tuple[Boundary, ...] = ()
+    # Whose numbers the model's integer and hybrid ops give, where that is not the builtin kernels' (the fast
+    # CPU engines); ``litegpu run`` and ``bench`` print it, as the official default does not say it.
+    numerics: str | None = None
 
     @property
     def fully_accelerated(self) -> bool:
@@ -528,7 +531,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     whole = _cpu_plan(model, flags, cpu_kernels, engines)
     result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
                             tuple(_gpu_refusals(model, gpu_engine)) if flags & GPU else (), whole.num_ops,
-                            tuple(notes) + whole.notes)
+                            tuple(notes) + whole.notes, numerics=_numerics(model, whole.partitions))
     if warn:
         for note in result.notes:
             _warn(note, stacklevel=stacklevel)
@@ -662,6 +665,36 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
             return _litert_plan(model, flags)
         return mixed
     return chosen
+
+
+def _numerics(model: Model, partitions: Iterable[Partition]) -> str | None:
+    """What ``DelegationPlan.numerics`` says: which fast engines run integer or hybrid (dynamic-range, int4) ops,
+    whose numbers then differ from the builtin kernels' (None: none do)."""
+    from ..backends.engine import integer_arithmetic
+
+    hybrid, integer = set(), set()
+    for p in partitions:
+        if p.engine not in ("litert", "openvino"):
+            continue
+        sg = model.subgraphs[p.subgraph_index]
+        for i in p.op_indices:
+            op = sg.operators[i]
+            if integer_arithmetic(sg, op):
+                out = sg.tensors[op.outputs[0]] if op.outputs and op.outputs[0] >= 0 else None
+                (hybrid if out is not None and out.dtype == "float32" else integer).add(ENGINE_TITLES[p.engine])
+    if not hybrid and not integer:
+        return None
+    said = []
+    if hybrid:
+        said.append(f"dynamic-range (hybrid) ops on {' and '.join(sorted(hybrid))}, as the official default runs "
+                    "them: an ulp of difference in a layer's input can move its int8 quantization by a step, so on deep "
+                    "models with sharp weights the outputs can be far from the builtin kernels' (a decode step of "
+                    "litert-torch's dynamic_int8 SmolLM export: 6 % of the largest logit)")
+    if integer:
+        said.append(f"integer ops on {' and '.join(sorted(integer))}'s int8 kernels: a few units from the builtin "
+                    "kernels'")
+    return "; ".join(said) + ". The builtin kernels' numbers: --kernel-mode builtin " \
+        "(CpuOptions(kernel_mode=CpuKernelMode.BUILTIN))"
 
 
 def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:

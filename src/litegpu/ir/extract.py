@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..errors import InvalidArgumentError
-from .model import Buffer, Model, Operator, Options, Subgraph, Tensor
+from .model import Buffer, Model, Operator, Options, Quantization, Subgraph, Tensor
 
 
 def tensor_port_name(index: int) -> str:
@@ -39,6 +39,11 @@ def extract_ops(model: Model, subgraph_index: int, op_indices: Sequence[int], in
             raise InvalidArgumentError(f"{model.source}: op {op} calls another subgraph; it cannot be cut out "
                                        "into a sub-model")
     used = _tensors_used(ops, inputs, outputs)
+    # blockwise scales and zero points, which ops read through the weights' quantization details
+    for t in list(used):
+        for detail in sg.tensors[t].detail_tensors:
+            if detail not in used:
+                used.append(detail)
     new_index = {t: k for k, t in enumerate(used)}
     buffers: list[Buffer] = [Buffer()]
     buffer_index: dict[int, int] = {}
@@ -51,7 +56,8 @@ def extract_ops(model: Model, subgraph_index: int, op_indices: Sequence[int], in
                 buffers.append(model.buffers[t.buffer])
             buffer = buffer_index[t.buffer]
         return dataclasses.replace(t, index=new_index[t.index], name=tensor_port_name(t.index), buffer=buffer,
-                                   raw=t.raw if buffer else None, is_variable=False)
+                                   raw=t.raw if buffer else None, is_variable=False,
+                                   quantization=_renumbered_details(t.quantization, new_index))
 
     def remap(indices: Sequence[int]) -> tuple[int, ...]:
         return tuple(new_index[i] if i >= 0 else -1 for i in indices)
@@ -63,6 +69,17 @@ def extract_ops(model: Model, subgraph_index: int, op_indices: Sequence[int], in
     sub = Subgraph(0, f"{sg.name or 'subgraph'}_{subgraph_index}_part", tensors, remap(inputs), remap(outputs),
                    operators)
     return Model((sub,), tuple(buffers), description="litegpu partition", source=model.source)
+
+
+def _renumbered_details(q: Quantization | None, new_index: dict[int, int]) -> Quantization | None:
+    """``q`` with the tensors its details name (blockwise scales, zero points) given their sub-model indices."""
+    if q is None or q.details is None:
+        return q
+    renamed = {name: new_index[int(value)] for name, value in q.details.items()
+               if name in ("scales", "zero_points") and int(value) >= 0}
+    if not renamed:
+        return q
+    return dataclasses.replace(q, details=Options({**q.details, **renamed}))
 
 
 def _portable_options(op: Operator) -> Options:
