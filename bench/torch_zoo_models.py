@@ -6,6 +6,8 @@ with ``litert_torch.convert`` in fp32, batch 1.  Run with a Python that has torc
 
     /work/torchenv/bin/python bench/torch_zoo_models.py bench/.zoo [NAME ...]
 
+NAME is a key of ``ZOO``, or one with ``_dynamic`` appended (litert-torch's dynamic-range recipe).
+
 Writes ``torch_<name>.tflite`` beside the Keras zoo, so ``bench/zoo.py run`` and ``bench/engines.py`` measure
 them with the rest.  torchvision and timm are not used: their wheels do not install beside the CPU torch
 available here; the Hugging Face versions of the same architectures stand in for them.
@@ -45,7 +47,17 @@ ZOO = {
     "hf_vit_base": lambda: _image_model("ViTConfig", "ViTForImageClassification"),
     "hf_bert_base": lambda: _text_model("BertConfig", "BertForSequenceClassification"),
     "hf_distilbert": lambda: _text_model("DistilBertConfig", "DistilBertForSequenceClassification"),
+    # architectures of the LiteRT GPU docs' model table (issue 26 names them among the models litegpu ran slower
+    # than the best engine): MobileViT-small, PVTv2-b0, MobileNetV1 at the configs' defaults (EfficientNet's is B7)
+    "hf_mobilevit_small": lambda: _image_model("MobileViTConfig", "MobileViTForImageClassification"),
+    "hf_pvt_v2_b0": lambda: _image_model("PvtV2Config", "PvtV2ForImageClassification"),
+    "hf_efficientnet_b0": lambda: _image_model("EfficientNetConfig", "EfficientNetForImageClassification",
+                                               width_coefficient=1.0, depth_coefficient=1.0, image_size=224),
+    "hf_mobilenet_v1": lambda: _image_model("MobileNetV1Config", "MobileNetV1ForImageClassification"),
 }
+# NAME + this suffix: the same model with litert-torch's dynamic-range recipe (int8 weights, activations quantized
+# on the fly by the hybrid kernels): the converter's ``quant_recipes.full_dynamic_recipe()``
+DYNAMIC = "_dynamic"
 
 
 class _Logits:
@@ -70,11 +82,17 @@ def build(name: str, out: Path) -> dict:
     import torch
 
     torch.manual_seed(SEED)
-    model, kind = ZOO[name]()
+    dynamic = name.endswith(DYNAMIC)
+    model, kind = ZOO[name.removesuffix(DYNAMIC)]()
     sample = (torch.randn(1, 3, 224, 224),) if kind == "image" else (torch.randint(0, 1000, (1, 128)),)
     wrapped = _Logits(model.eval()).module
+    quant = {}
+    if dynamic:
+        from litert_torch.generative.quantize import quant_recipes
+
+        quant = {"quant_config": quant_recipes.full_dynamic_recipe()}
     with torch.no_grad():
-        edge = litert_torch.convert(wrapped, sample)
+        edge = litert_torch.convert(wrapped, sample, **quant)
     edge.export(str(out))
     return {"params": int(sum(p.numel() for p in model.parameters()))}
 

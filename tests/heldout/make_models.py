@@ -384,6 +384,26 @@ def transformer() -> keras.Model:
     return keras.Model(inp, keras.layers.Dense(8)(x))
 
 
+def token_ids_input(rng):
+    return {"token_ids": rng.integers(0, 1000, (1, 32)).astype(np.int32)}
+
+
+def text_encoder() -> keras.Model:
+    """Token ids -> embedding -> two encoder blocks -> pooled logits (issue 26's Keras encoder: its dynamic-range
+    conversion was 4.4e-3 off the builtin kernels in BUILTIN mode)."""
+    keras.utils.set_random_seed(SEED)
+    inp = keras.Input((32,), batch_size=1, dtype="int32", name="token_ids")
+    x = keras.layers.Embedding(1000, 64)(inp)
+    for _ in range(2):
+        a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)(x, x)
+        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + a)
+        f = keras.layers.Dense(128, activation="gelu")(x)
+        f = keras.layers.Dense(64)(f)
+        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + f)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inp, keras.layers.Dense(10)(x))
+
+
 # ---- tf.Module models ---------------------------------------------------------------------------
 
 def module_calls(sequence: list[tuple[str, Callable[[np.random.Generator], dict[str, np.ndarray]]]]):
@@ -643,6 +663,8 @@ def specs() -> list[Spec]:
     # with a representative dataset, one layer or two, with or without TFLITE_BUILTINS_INT8.
     for quant in ("float32", "dynamic", "int8"):
         out.append(keras_spec(f"transformer_{quant}", transformer, quant, tokens_input))
+    for quant in ("float32", "dynamic"):
+        out.append(keras_spec(f"text_encoder_{quant}", text_encoder, quant, token_ids_input))
     while_module = WhileModule()
     out.append(Spec("while_loop_float32", lambda: convert_saved(
         while_module, {"serving_default": while_module.iterate}, "float32", {}), while_calls(), "float32"))

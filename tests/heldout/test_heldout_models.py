@@ -7,8 +7,10 @@ program CompiledModel runs), call after call in the recorded order, and is compa
 - float models: largest difference over largest magnitude <= 1e-4;
 - integer outputs of quantized models: within 1 unit everywhere and exact in >= 99% of elements
   (integer outputs of float models, e.g. ARG_MAX, must be exact);
-- float outputs of dynamic-range ("hybrid") models: within the official runtime's own spread between its
-  two CPU paths (max |out_ref - out_xnn|) plus 1e-4 of the output's magnitude.
+- float outputs of dynamic-range ("hybrid") models: as float models through the XLA programs that give the
+  builtin kernels' numbers (``CpuKernelMode.BUILTIN``, the ``Interpreter``'s default); through the default fast
+  path and the numpy reference kernels, within the official runtime's own spread between its two CPU paths
+  (max |out_ref - out_xnn|) plus 1e-4 of the output's magnitude.
 
 A model that litegpu cannot run yet (``UnsupportedOpError``, or the XLA backend refusing ops so that a
 CompiledModel falls back to the reference kernels) is an expected failure naming the blocking ops; a
@@ -229,7 +231,13 @@ def test_heldout_model_matches_official_builtin_kernels(name, api):
             results = run_interpreter(name, calls)[1]
     except UnsupportedOpError as e:
         pytest.xfail(str(e))
-    check(name, calls, results, meta["criterion"])
+    criterion = meta["criterion"]
+    if criterion == "hybrid" and api in ("compiled_model_exact", "interpreter_xla"):
+        # the XLA programs that give the builtin kernels' numbers (BUILTIN mode, the Interpreter's default) are
+        # held to the float rule on dynamic-range models too, not to XNNPACK's spread (issue 26: within 1e-4).
+        # The numpy reference's GELU is not the builtin kernel's to the bit (text_encoder_dynamic: 1.8e-4).
+        criterion = "float"
+    check(name, calls, results, criterion)
     if fallback:
         pytest.xfail(f"matches, but only on the reference kernels: {fallback}")
 

@@ -667,6 +667,12 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     return chosen
 
 
+# Integer ops whose results no engine computes otherwise: they move stored values (or dequantize one exactly).
+_SAME_IN_EVERY_ENGINE = frozenset({"GATHER", "GATHER_ND", "EMBEDDING_LOOKUP", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
+                                   "TRANSPOSE", "SLICE", "STRIDED_SLICE", "SPLIT", "SPLIT_V", "PACK", "UNPACK",
+                                   "DEQUANTIZE"})
+
+
 def _numerics(model: Model, partitions: Iterable[Partition]) -> str | None:
     """What ``DelegationPlan.numerics`` says: which fast engines run integer or hybrid (dynamic-range, int4) ops,
     whose numbers then differ from the builtin kernels' (None: none do)."""
@@ -679,7 +685,7 @@ def _numerics(model: Model, partitions: Iterable[Partition]) -> str | None:
         sg = model.subgraphs[p.subgraph_index]
         for i in p.op_indices:
             op = sg.operators[i]
-            if integer_arithmetic(sg, op):
+            if integer_arithmetic(sg, op) and op.opcode_name not in _SAME_IN_EVERY_ENGINE:
                 out = sg.tensors[op.outputs[0]] if op.outputs and op.outputs[0] >= 0 else None
                 (hybrid if out is not None and out.dtype == "float32" else integer).add(ENGINE_TITLES[p.engine])
     if not hybrid and not integer:
