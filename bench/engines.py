@@ -82,7 +82,7 @@ def _litegpu_runner(path: Path, inputs: list[np.ndarray], threads: int, exact: b
     return run, model
 
 
-def measure(path: Path, threads: int, seconds: float, max_runs: int) -> dict:
+def measure(path: Path, threads: int, seconds: float, max_runs: int, block: int = 1) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
     probe = Interpreter(model_path=str(path))
@@ -117,8 +117,9 @@ def measure(path: Path, threads: int, seconds: float, max_runs: int) -> dict:
     while rounds < 5 or (time.perf_counter() < deadline and rounds < max_runs):
         for name in shuffle.sample(order, len(order)):
             t = time.perf_counter()
-            runners[name]()
-            times[name].append((time.perf_counter() - t) * 1e3)
+            for _ in range(block):
+                runners[name]()
+            times[name].append((time.perf_counter() - t) * 1e3 / block)
         rounds += 1
     for name, values in times.items():
         row[f"{name}_ms"] = statistics.median(values)
@@ -182,12 +183,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--max-runs", type=int, default=200)
+    parser.add_argument("--block", type=int, default=1,
+                        help="calls per variant per round, timed together: back-to-back calls as a model serves "
+                             "them (1: every call follows another engine's, whose idle threads and cache "
+                             "footprint weigh on sub-millisecond models)")
     parser.add_argument("--starts", action="store_true", help="also measure cold and warm start per engine")
     parser.add_argument("--json", type=Path, default=HERE / "engines.json")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child process: measure one model
     args = parser.parse_args()
     if args.one:
-        row = measure(args.one, args.threads, args.seconds, args.max_runs)
+        row = measure(args.one, args.threads, args.seconds, args.max_runs, args.block)
         if args.starts:
             row.update(start_times(args.one, args.threads))
         print("ROW " + json.dumps(row))
@@ -196,7 +201,8 @@ def main() -> None:
     rows = []
     for path in models:
         cmd = [sys.executable, __file__, "--one", str(path), "--threads", str(args.threads), "--seconds",
-               str(args.seconds), "--max-runs", str(args.max_runs)] + (["--starts"] if args.starts else [])
+               str(args.seconds), "--max-runs", str(args.max_runs), "--block", str(args.block)] + (
+                   ["--starts"] if args.starts else [])
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
         rows.append(json.loads(found[-1]) if found else {

@@ -52,7 +52,8 @@ ZOO = {
     "hf_mobilevit_small": lambda: _image_model("MobileViTConfig", "MobileViTForImageClassification"),
     "hf_pvt_v2_b0": lambda: _image_model("PvtV2Config", "PvtV2ForImageClassification"),
     "hf_efficientnet_b0": lambda: _image_model("EfficientNetConfig", "EfficientNetForImageClassification",
-                                               width_coefficient=1.0, depth_coefficient=1.0, image_size=224),
+                                               width_coefficient=1.0, depth_coefficient=1.0, image_size=224,
+                                               hidden_dim=1280),
     "hf_mobilenet_v1": lambda: _image_model("MobileNetV1Config", "MobileNetV1ForImageClassification"),
 }
 # NAME + this suffix: the same model with litert-torch's dynamic-range recipe (int8 weights, activations quantized

@@ -341,7 +341,7 @@ def test_fastest_picks_the_quicker_candidate_and_drops_failures():
 
 
 class _Costly(Executable):
-    """Advances a fake clock by the next of its costs at each run (the first is the warm-up's)."""
+    """Advances a fake clock by the next of its costs at each run (the first two are the warm-ups')."""
 
     def __init__(self, costs, clock):
         self.costs, self.clock = list(costs), clock
@@ -356,9 +356,23 @@ def test_fastest_compares_the_candidates_round_by_round(monkeypatch):
     median against median, b (truly 1.1x a) would win; compared within each round, a does."""
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    a, b = _Costly([1, 1, 12, 100], clock), _Costly([1, 1.1, 10.45, 110], clock)
+    a, b = _Costly([1, 1, 1, 12, 100], clock), _Costly([1, 1, 1.1, 10.45, 110], clock)
     name, seconds = fastest({"a": [(a, [])], "b": [(b, [])]}, budget_s=1e9, min_rounds=3, max_rounds=3)
     assert name == "a" and seconds["b"] == pytest.approx(1.1 * seconds["a"])
+
+
+def test_fastest_repeats_short_runs_back_to_back_within_a_round(monkeypatch):
+    """A model of microseconds is timed over calls in a row, as it serves them, not one call after the other
+    engine's each time."""
+    from litegpu.backends import engine as engine_module
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    a, b = _Costly([1e-4] * 1000, clock), _Costly([2e-4] * 1000, clock)
+    name, seconds = fastest({"a": [(a, [])], "b": [(b, [])]}, budget_s=1e9, min_rounds=2, max_rounds=2)
+    repeat = round(engine_module.MIN_ROUND_S / 1e-4)
+    assert name == "a" and seconds["a"] == pytest.approx(repeat * 1e-4)
+    assert len(a.costs) == 1000 - 2 - 2 * repeat  # two warm-ups, then two rounds of ``repeat`` runs
 
 
 def test_sample_inputs_are_valid_indices_for_integer_inputs():
