@@ -22,6 +22,17 @@ max_num_tokens: 64
 '''
 
 
+def _random_words(vocab: int) -> str:
+    """Seeded lines of random lowercase words, enough distinct pieces for a BPE vocabulary of ``vocab``."""
+    import random
+
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    lines = (" ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 8))) for _ in range(12))
+             for _ in range(vocab * 4))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     import sentencepiece as spm
     from litert_lm_builder import litertlm_builder as lb
@@ -30,11 +41,20 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--corpus", type=Path, default=Path(__file__).resolve().parents[1] / "README.md")
+    parser.add_argument("--vocab", type=int, default=128,
+                        help="the tokenizer's pieces: the model's vocabulary (LiteRT-LM refuses a generated id past "
+                             "them); past what the corpus holds, it is trained on seeded random words")
+    parser.add_argument("--max-tokens", type=int, default=64, help="max_num_tokens of the LLM metadata")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        spm.SentencePieceTrainer.train(input=str(args.corpus), model_prefix=f"{tmp}/tokenizer", vocab_size=128,
+        corpus = str(args.corpus)
+        if args.vocab > 128:
+            corpus = f"{tmp}/corpus.txt"
+            Path(corpus).write_text(_random_words(args.vocab))
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=f"{tmp}/tokenizer", vocab_size=args.vocab,
                                        model_type="bpe", pad_id=0, bos_id=1, eos_id=2, unk_id=3)
-        Path(f"{tmp}/llm_metadata.textproto").write_text(METADATA)
+        Path(f"{tmp}/llm_metadata.textproto").write_text(
+            METADATA.replace("max_num_tokens: 64", f"max_num_tokens: {args.max_tokens}"))
         builder = lb.LitertLmFileBuilder()
         builder.add_system_metadata(lb.Metadata(key="Authors", value="litegpu tests", dtype=lb.DType.STRING))
         builder.add_llm_metadata(f"{tmp}/llm_metadata.textproto")

@@ -576,3 +576,19 @@ def test_the_plan_says_whose_numbers_the_hybrid_ops_give():
     exact = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(kernel_mode=litegpu.CpuKernelMode.BUILTIN))
     assert litegpu.CompiledModel.from_buffer(data, exact).plan.numerics is None
     assert litegpu.CompiledModel.from_buffer(small_mlp(), CPU).plan.numerics is None
+
+
+def test_weights_the_signatures_share_are_rewritten_once():
+    """litert-torch's prefill and decode subgraphs read one buffer of weights: the cleared copy is one too."""
+    from litegpu.backends.litert import with_empty_blocks_cleared
+
+    path = Path(__file__).resolve().parents[1] / "heldout" / "litert_torch" / "smollm_tiny_int4_block32.tflite"
+    model = read_model(str(path))
+    cleared = with_empty_blocks_cleared(model)
+    assert cleared is not model
+    added = len(cleared.buffers) - len(model.buffers)
+    changed = {(t.buffer, c.buffer) for sg, csg in zip(model.subgraphs, cleared.subgraphs)
+               for t, c in zip(sg.tensors, csg.tensors) if t.buffer != c.buffer}
+    assert added == len(changed) == len({old for old, _ in changed})
+    assert len(model.subgraphs) > 1 and added < sum(
+        1 for sg in model.subgraphs for t in sg.tensors if t.buffer != 0 and t.buffer in {o for o, _ in changed})

@@ -382,7 +382,7 @@ def sub_byte_refusal(model: Model) -> str | None:
 
     XNNPACK's int4 kernels take FULLY_CONNECTED weights quantized per channel or blockwise with float16 scales
     (what litert-torch writes), its int8 activations quantized per row as the builtin hybrid kernels do: an int4
-    SmolLM-width decoder ran a decode step in 0.44 ms there against 2.5 ms for its float32 export and 5.4 ms on
+    SmolLM-width decoder ran a decode step in 0.33 ms there against 1.73 ms for its float32 export and 3.44 ms on
     XLA (BENCHMARKS.md, "int4 on XNNPACK").  An EMBEDDING_LOOKUP of the same table (tied embeddings) runs on the
     builtin kernels, a copy of one row.  Any other use of sub-byte tensors would leave an op on the builtin
     kernels, which run int4 products 10x slower than XLA."""
@@ -446,6 +446,7 @@ def with_empty_blocks_cleared(model: Model) -> Model:
 
     buffers = list(model.buffers)
     subgraphs = list(model.subgraphs)
+    rewritten: dict[int, int] = {}  # a buffer the signatures' subgraphs share is rewritten once
     for k, sg in enumerate(model.subgraphs):
         tensors, changed = list(sg.tensors), False
         for t in sg.tensors:
@@ -460,10 +461,13 @@ def with_empty_blocks_cleared(model: Model) -> Model:
             values = t.data.reshape(*empty.shape, -1).copy()
             values[empty] = 0
             new_scales = np.where(empty, np.float16(1), scales.data).astype(np.float16)
-            for tensor, raw in ((t, pack_sub_byte(values.reshape(t.shape), "int4")),
-                                (scales, np.frombuffer(new_scales.tobytes(), np.uint8))):
-                buffers.append(Buffer(raw))
-                tensors[tensor.index] = dataclasses.replace(tensor, buffer=len(buffers) - 1, raw=raw)
+            for tensor, make in ((t, lambda: pack_sub_byte(values.reshape(t.shape), "int4")),
+                                 (scales, lambda: np.frombuffer(new_scales.tobytes(), np.uint8))):
+                if tensor.buffer not in rewritten:
+                    buffers.append(Buffer(make()))
+                    rewritten[tensor.buffer] = len(buffers) - 1
+                index = rewritten[tensor.buffer]
+                tensors[tensor.index] = dataclasses.replace(tensor, buffer=index, raw=buffers[index].data)
             changed = True
         if changed:
             subgraphs[k] = dataclasses.replace(sg, tensors=tuple(tensors))
