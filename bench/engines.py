@@ -82,7 +82,8 @@ def _litegpu_runner(path: Path, inputs: list[np.ndarray], threads: int, exact: b
     return run, model
 
 
-def measure(path: Path, threads: int, seconds: float, max_runs: int, block: int = 1) -> dict:
+def measure(path: Path, threads: int, seconds: float, max_runs: int, block: int = 1,
+            variants: tuple[str, ...] = VARIANTS) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
     probe = Interpreter(model_path=str(path))
@@ -95,6 +96,8 @@ def measure(path: Path, threads: int, seconds: float, max_runs: int, block: int 
     for name, make in (("openvino", lambda: _openvino_runner(path, inputs, threads)),
                        ("litegpu", lambda: _litegpu_runner(path, inputs, threads, exact=False)),
                        ("exact", lambda: _litegpu_runner(path, inputs, threads, exact=True))):
+        if name not in variants:
+            continue
         try:
             made = make()
             runner = made[0] if isinstance(made, tuple) else made
@@ -127,6 +130,8 @@ def measure(path: Path, threads: int, seconds: float, max_runs: int, block: int 
     for name in times:
         if name != "xnnpack":
             row[f"{name}_vs_xnnpack"] = row["xnnpack_ms"] / row[f"{name}_ms"]
+    if "litegpu_ms" in row:
+        row["litegpu_vs_best"] = min(row["xnnpack_ms"], row.get("openvino_ms", float("inf"))) / row["litegpu_ms"]
     if "openvino_ms" in row and "litegpu_ms" in row:
         row["litegpu_vs_openvino"] = row["openvino_ms"] / row["litegpu_ms"]
     return row
@@ -183,6 +188,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--max-runs", type=int, default=200)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
+                        help="the variants to time (xnnpack always runs: it is the reference)")
     parser.add_argument("--block", type=int, default=1,
                         help="calls per variant per round, timed together: back-to-back calls as a model serves "
                              "them (1: every call follows another engine's, whose idle threads and cache "
@@ -192,7 +199,7 @@ def main() -> None:
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child process: measure one model
     args = parser.parse_args()
     if args.one:
-        row = measure(args.one, args.threads, args.seconds, args.max_runs, args.block)
+        row = measure(args.one, args.threads, args.seconds, args.max_runs, args.block, tuple(args.variants))
         if args.starts:
             row.update(start_times(args.one, args.threads))
         print("ROW " + json.dumps(row))
@@ -201,7 +208,7 @@ def main() -> None:
     rows = []
     for path in models:
         cmd = [sys.executable, __file__, "--one", str(path), "--threads", str(args.threads), "--seconds",
-               str(args.seconds), "--max-runs", str(args.max_runs), "--block", str(args.block)] + (
+               str(args.seconds), "--max-runs", str(args.max_runs), "--block", str(args.block), "--variants", *args.variants] + (
                    ["--starts"] if args.starts else [])
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
@@ -232,24 +239,28 @@ def table(rows: list[dict], threads: int) -> str:
     lines = [f"Machine: {machine()}; {threads} threads each, fp32, outputs read back; ratio = XNNPACK ms / variant ms",
              "",
              "| model | XNNPACK ms | OpenVINO alone ms | litegpu ms | exact ms | litegpu / XNNPACK | OpenVINO alone / "
-             "XNNPACK | litegpu vs OpenVINO | exact / XNNPACK | litegpu plan | max rel diff litegpu |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+             "XNNPACK | litegpu vs OpenVINO | litegpu / best of the two | exact / XNNPACK | litegpu plan | "
+             "max rel diff litegpu |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     fmt = lambda r, k, f="{:.2f}": f.format(r[k]) if k in r else "-"  # noqa: E731
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | error: {r['error']} |" + " |" * 10)
+            lines.append(f"| {r['model']} | error: {r['error']} |" + " |" * 11)
             continue
         ov = fmt(r, "openvino_ms") if "openvino_ms" in r else "cannot load"
         lines.append(f"| {r['model']} | {fmt(r, 'xnnpack_ms')} | {ov} | {fmt(r, 'litegpu_ms')} | {fmt(r, 'exact_ms')} | "
                      f"{fmt(r, 'litegpu_vs_xnnpack')} | {fmt(r, 'openvino_vs_xnnpack')} | "
-                     f"{fmt(r, 'litegpu_vs_openvino')} | {fmt(r, 'exact_vs_xnnpack')} | {r.get('plan', '-')} | "
+                     f"{fmt(r, 'litegpu_vs_openvino')} | {fmt(r, 'litegpu_vs_best')} | {fmt(r, 'exact_vs_xnnpack')} | "
+                     f"{r.get('plan', '-')} | "
                      f"{fmt(r, 'litegpu_max_rel_diff', '{:.1e}')} |")
     ok = [r for r in rows if "litegpu_vs_xnnpack" in r]
     lines += ["", f"Geometric mean over {len(ok)} models: litegpu / XNNPACK "
                   f"{_geomean([r['litegpu_vs_xnnpack'] for r in ok]):.2f}, exact / XNNPACK "
                   f"{_geomean([r['exact_vs_xnnpack'] for r in ok if 'exact_vs_xnnpack' in r]):.2f}, OpenVINO alone / "
                   f"XNNPACK {_geomean([r['openvino_vs_xnnpack'] for r in ok if 'openvino_vs_xnnpack' in r]):.2f} "
-                  f"(on the {sum('openvino_vs_xnnpack' in r for r in ok)} models it loads)"]
+                  f"(on the {sum('openvino_vs_xnnpack' in r for r in ok)} models it loads); litegpu / the faster of "
+                  f"XNNPACK and OpenVINO alone per model {_geomean([r['litegpu_vs_best'] for r in ok]):.2f}, lowest "
+                  f"{min((r['litegpu_vs_best'] for r in ok), default=float('nan')):.2f}"]
     starts = [r for r in rows if "litegpu_cold_ms" in r]
     if starts:
         lines += ["", "| model | litegpu cold ms | litegpu warm ms | warm speed-up | exact cold ms | exact warm ms | "
