@@ -370,18 +370,21 @@ def tokens_input(rng):
     return {"tokens": rng.normal(0, 1, (1, 16, 32)).astype(np.float32)}
 
 
+def encoder_blocks(x, key_dim: int, hidden: int, width: int):
+    """Two post-norm encoder blocks: 4-head self-attention, layer norm, a GELU dense layer of ``hidden``."""
+    for _ in range(2):
+        a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=key_dim)(x, x)
+        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + a)
+        f = keras.layers.Dense(hidden, activation="gelu")(x)
+        f = keras.layers.Dense(width)(f)
+        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + f)
+    return keras.layers.GlobalAveragePooling1D()(x)
+
+
 def transformer() -> keras.Model:
     keras.utils.set_random_seed(SEED)
     inp = keras.Input((16, 32), batch_size=1, name="tokens")
-    x = inp
-    for _ in range(2):
-        a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(x, x)
-        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + a)
-        f = keras.layers.Dense(64, activation="gelu")(x)
-        f = keras.layers.Dense(32)(f)
-        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + f)
-    x = keras.layers.GlobalAveragePooling1D()(x)
-    return keras.Model(inp, keras.layers.Dense(8)(x))
+    return keras.Model(inp, keras.layers.Dense(8)(encoder_blocks(inp, 8, 64, 32)))
 
 
 def token_ids_input(rng):
@@ -394,14 +397,7 @@ def text_encoder() -> keras.Model:
     keras.utils.set_random_seed(SEED)
     inp = keras.Input((32,), batch_size=1, dtype="int32", name="token_ids")
     x = keras.layers.Embedding(1000, 64)(inp)
-    for _ in range(2):
-        a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)(x, x)
-        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + a)
-        f = keras.layers.Dense(128, activation="gelu")(x)
-        f = keras.layers.Dense(64)(f)
-        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + f)
-    x = keras.layers.GlobalAveragePooling1D()(x)
-    return keras.Model(inp, keras.layers.Dense(10)(x))
+    return keras.Model(inp, keras.layers.Dense(10)(encoder_blocks(x, 16, 128, 64)))
 
 
 # ---- tf.Module models ---------------------------------------------------------------------------
