@@ -183,3 +183,24 @@ def test_bench_reports_the_weights_xla_holds_against_the_file(tmp_path, capsys):
     assert code == 0, err
     weights = json.loads(out)["memory"]["weights"]
     assert weights is not None and 0 < weights["held_bytes"] <= 1.1 * weights["file_weight_bytes"]
+
+
+def test_bench_says_whose_numbers_a_dynamic_range_model_gives(tmp_path, capsys):
+    """Issue 26: the hybrid ops run on XNNPACK's kernels, as the official default runs them; the output names
+    the option that gives the builtin kernels' numbers."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
+    from test_litert import bfloat16_exact, blockwise_model, with_scales
+
+    from litegpu.ir import read_model
+
+    path = tmp_path / "int4.tflite"
+    path.write_bytes(to_bytes(with_scales(read_model(to_bytes(blockwise_model((3, 256), 16, 32))), bfloat16_exact)))
+    code, out, err = run_cli(capsys, "bench", str(path), "--runs", "2", "--warmup", "0", "--json", "-")
+    assert code == 0, err
+    numerics = json.loads(out)["delegation"]["numerics"]
+    assert "XNNPACK" in numerics and "--kernel-mode builtin" in numerics
+    code, out, err = run_cli(capsys, "bench", str(path), "--runs", "2", "--warmup", "0")
+    assert code == 0, err
+    assert "numbers" in out and "kernel-mode" in out
