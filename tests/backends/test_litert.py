@@ -592,3 +592,19 @@ def test_weights_the_signatures_share_are_rewritten_once():
     assert added == len(changed) == len({old for old, _ in changed})
     assert len(model.subgraphs) > 1 and added < sum(
         1 for sg in model.subgraphs for t in sg.tensors if t.buffer != 0 and t.buffer in {o for o, _ in changed})
+
+
+def test_the_room_asked_counts_the_rewritten_copy(monkeypatch):
+    """A model whose zero int4 blocks are rewritten is held once more in memory: room for 4 copies, not 3."""
+    def zero_first_row(scales):
+        scales = bfloat16_exact(scales)
+        scales[0] = 0
+        return scales
+
+    plain = with_scales(read_model(to_bytes(blockwise_model((2, 64), 8, 32))), bfloat16_exact)
+    rewritten = with_scales(read_model(to_bytes(blockwise_model((2, 64), 8, 32))), zero_first_row)
+    assert not litert_backend.has_empty_blocks(plain) and litert_backend.has_empty_blocks(rewritten)
+    monkeypatch.setattr(litert_backend, "constant_bytes", lambda m: 1 << 30)
+    monkeypatch.setattr(litert_backend, "host_available_bytes", lambda: (int(3.5 * (1 << 30)), "MemAvailable"))
+    assert LiteRtEngine().settings_refusal(plain) is None
+    assert "XNNPACK's packed copy" in LiteRtEngine().settings_refusal(rewritten)

@@ -160,7 +160,9 @@ class LiteRtEngine(Engine):
             return (f"the model's weights pass {MAX_LITERT_MODEL_BYTES >> 20} MiB: XLA maps them in place, "
                     "XNNPACK would pack a copy")
         room = host_available_bytes() if weights > (256 << 20) else None
-        if room is not None and room[0] < PACKED_COPY_ROOM * weights:
+        # a model whose zero int4 blocks are rewritten for XNNPACK is held once more, in memory
+        copies = PACKED_COPY_ROOM + (1 if room is not None and has_empty_blocks(model) else 0)
+        if room is not None and room[0] < copies * weights:
             return (f"the model's weights ({weights / 2**30:.2f} GiB) and XNNPACK's packed copy of them need more "
                     f"than the {room[0] / 2**30:.1f} GiB this process can still get ({room[1]}): XLA maps them "
                     "in place")
@@ -434,6 +436,23 @@ def _int4_weights_refusal(sg: Any, tensor: Any) -> str | None:
     return None
 
 
+def _empty_blocks(sg: Any, t: Any) -> np.ndarray | None:
+    """Where int4 blockwise weights ``t`` have a block scale of zero ([rows, blocks] of bool); None: nowhere."""
+    details = t.quantization.details if t.quantization is not None else None
+    if t.dtype != "int4" or details is None or details.get("type") != "BlockwiseQuantization" or t.raw is None:
+        return None
+    scales = sg.tensors[int(details["scales"])]
+    if scales.data is None or scales.dtype != "float16":
+        return None
+    empty = scales.data == 0
+    return empty if empty.any() else None
+
+
+def has_empty_blocks(model: Model) -> bool:
+    """Whether XNNPACK would get ``model`` rewritten by ``with_empty_blocks_cleared``."""
+    return any(_empty_blocks(sg, t) is not None for sg in model.subgraphs for t in sg.tensors)
+
+
 def with_empty_blocks_cleared(model: Model) -> Model:
     """``model`` with each int4 block whose scale is 0 given scale 1 and zero values: the same weights (zeros)
     and the same products, in the form XNNPACK takes (it refuses a zero scale and with it the whole model: the
@@ -450,14 +469,10 @@ def with_empty_blocks_cleared(model: Model) -> Model:
     for k, sg in enumerate(model.subgraphs):
         tensors, changed = list(sg.tensors), False
         for t in sg.tensors:
-            details = t.quantization.details if t.quantization is not None else None
-            if t.dtype != "int4" or details is None or details.get("type") != "BlockwiseQuantization" \
-                    or t.data is None:
+            empty = _empty_blocks(sg, t)
+            if empty is None:
                 continue
-            scales = sg.tensors[int(details["scales"])]
-            if scales.data is None or scales.dtype != "float16" or np.all(scales.data != 0):
-                continue
-            empty = scales.data == 0
+            scales = sg.tensors[int(t.quantization.details["scales"])]
             values = t.data.reshape(*empty.shape, -1).copy()
             values[empty] = 0
             new_scales = np.where(empty, np.float16(1), scales.data).astype(np.float16)
