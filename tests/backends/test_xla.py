@@ -72,3 +72,19 @@ def test_signatures_share_state():
     assert b.variables == {"k": 1}
     b.reset_variables()
     assert a.variables == {}
+
+
+def test_builtin_order_programs_of_small_models_use_the_fusion_emitters(monkeypatch):
+    """The builtin kernels' depth-ordered sums are loops that the classic CPU emitters run 3.6-6.8x slower
+    (BENCHMARKS.md); big models keep the classic emitters for their compile memory, as the fast path does."""
+    from litegpu.backends import xla as xla_module
+
+    model = _scale_model()
+    cpu = device_for("cpu")
+    fast = XlaBackend(model, state=XlaState(model, cpu))
+    builtin = XlaBackend(model, state=XlaState(model, cpu, official_float_order=True))
+    assert fast.compiler_options == xla_module.CPU_COMPILER_OPTIONS
+    assert builtin.compiler_options == {}
+    monkeypatch.setattr(xla_module, "BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES", 100)  # the model's 1200 bytes pass it
+    assert XlaBackend(model, state=XlaState(model, cpu, official_float_order=True)).compiler_options == \
+        xla_module.CPU_COMPILER_OPTIONS

@@ -71,7 +71,7 @@ def test_bench_bundled_model_json_has_every_number(bundled_bench):
     title = {"openvino": "OpenVINO", "litert": "LiteRT (XNNPACK)"}[engine]
     assert result["delegation"] == {"accelerator": "CPU", "backend": engine, "fully_delegated": True,
                                     "ops": 164, "ops_on_gpu": 0, "ops_on_cpu": 164, "refused": [], "notes": [],
-                                    "engines": {engine: 164},
+                                    "engines": {engine: 164}, "numerics": None,
                                     "engine_summary": f"164 ops on {title} in 1 partition"}
     assert result["inputs"] == [{"name": "input", "shape": [1, 128, 128, 3], "dtype": "float32"}]
     assert "profile" not in result
@@ -111,6 +111,15 @@ def test_bench_profile_times_each_op(tmp_path, capsys):
     assert p["sum_ms"] == pytest.approx(sum(r["ms"] for r in p["ops"]))
     assert sum(e["share"] for e in p["by_op"]) == pytest.approx(1.0)
     assert p["dispatch_overhead_ms"] > 0
+    assert p["kernels"] == "fast"
+
+
+def test_bench_profile_times_builtin_mode_kernels(tmp_path, capsys):
+    """--kernel-mode builtin profiles the builtin kernels' order (it timed the fast path's kernels before)."""
+    code, out, err = run_cli(capsys, "bench", str(_tiny_model(tmp_path)), "--runs", "2", "--warmup", "0",
+                             "--profile", "--kernel-mode", "builtin", "--json", "-")
+    assert code == 0, err
+    assert json.loads(out)["profile"]["kernels"] == "builtin kernels' order"
 
 
 def test_bench_table_mentions_what_the_profile_measures(tmp_path, capsys):

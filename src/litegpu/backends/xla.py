@@ -72,6 +72,12 @@ FOLD_GROWTH_DEVICE_SHARE = 0.0
 # classic ones and kept executables 25 to 35 % bigger (decoder layers of width 4096: 85 against 175 MiB
 # to compile a 2-layer decode step, 42 against 56 MiB kept), and did not run faster here (see BENCHMARKS.md).
 CPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+# ... except for the builtin kernels' float order (``CpuKernelMode.BUILTIN``) on models up to this many weight
+# bytes: its depth-ordered sums are loops over the output, which the classic emitters ran 3.6 to 6.8x slower
+# than the fusion emitters (a 1x1 convolution of 12544 x 32 -> 64: 4.66 against 0.79 ms; MobileNetV1 whole in
+# BUILTIN mode: 104 ms; BENCHMARKS.md, "BUILTIN mode's convolutions").  Bigger models keep the classic emitters
+# for their compile memory.
+BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = 256 << 20
 # Options of every XLA GPU compile.  XLA GPU merges matrix products that share an operand (q, k and v of one
 # input) into one product over the concatenated weights, which copies the weights every call and, with
 # weights converted from int8 or float16, materializes them as float32 (a 2-layer int8 decoder's prefill:
@@ -1277,8 +1283,19 @@ class XlaBackend:
     @property
     def compiler_options(self) -> dict[str, Any]:
         """XLA options for the device this program is compiled for (a GPU's, the host's)."""
-        return dict(GPU_COMPILER_OPTIONS if getattr(self.device, "platform", "cpu") == "gpu" else
-                    CPU_COMPILER_OPTIONS if self.platform == "cpu" else {})
+        if getattr(self.device, "platform", "cpu") == "gpu":
+            return dict(GPU_COMPILER_OPTIONS)
+        if self.platform != "cpu":
+            return {}
+        if self.state.official_float_order and self._weight_bytes <= BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES:
+            return {}
+        return dict(CPU_COMPILER_OPTIONS)
+
+    @functools.cached_property
+    def _weight_bytes(self) -> int:
+        from ..ir.save import constant_bytes
+
+        return constant_bytes(self.model)
 
     def compile_program(self, jitted: Any, args: Sequence[Any], what: dict) -> Any:
         """``jitted`` (a ``jax.jit`` of a function of this backend's ``params`` and ``args``, placed with

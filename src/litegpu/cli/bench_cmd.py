@@ -380,9 +380,11 @@ def _make_profiler_class() -> type:
         """
 
         def __init__(self, *args: Any, main_subgraph: int, repeats: int, jax: Any, on_op: Callable[[], None],
-                     **kwargs: Any):
+                     official_float_order: bool = False, **kwargs: Any):
             super().__init__(*args, **kwargs)
             self.main_subgraph, self.repeats, self.jax, self.on_op = main_subgraph, repeats, jax, on_op
+            # the ops read it (OpContext.official_float_order): BUILTIN mode's kernels are other kernels
+            self.official_float_order = official_float_order
             self.records: list[dict[str, Any]] = []
             self._inside_op = False
 
@@ -476,11 +478,15 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     target = Target.XLA_GPU if platform_name == "gpu" else Target.XLA_CPU
     num_ops = len(sg.operators)
     with progress.phase(f"profiling {num_ops} ops", num_ops) as step:
+        builtin = platform_name == "cpu" and model.options.cpu_options.kernels == "builtin"
         profiler = _make_profiler_class()(ir, target, constant=constant, storage=np.dtype(storage),
-                                          compute=np.dtype(compute), main_subgraph=sg.index, repeats=repeats, jax=jax, on_op=step)
+                                          compute=np.dtype(compute), main_subgraph=sg.index, repeats=repeats, jax=jax,
+                                          on_op=step, official_float_order=builtin)
         profiler.run_subgraph(sg.index, inputs)
-    return _profile_summary(profiler.records, "xla-per-op", repeats, whole_model_ms,
-                            _dispatch_overhead_ms(jax, device))
+    summary = _profile_summary(profiler.records, "xla-per-op", repeats, whole_model_ms,
+                               _dispatch_overhead_ms(jax, device))
+    summary["kernels"] = "builtin kernels' order" if builtin else "fast"
+    return summary
 
 
 def _profile_reference(session: _Session, repeats: int, progress: _Progress) -> dict[str, Any]:
