@@ -194,8 +194,10 @@ def _made_or_error(make):
     try:
         return make()
     except Exception as e:  # noqa: BLE001
+        error = e  # ``e`` is unbound when the except block ends
+
         def failed():
-            raise e
+            raise error
         return failed
 
 

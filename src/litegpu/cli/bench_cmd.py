@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .common import KERNEL_MODES, console, human_bytes, titled_table
+from .common import KERNEL_MODES, console, cpu_kernel_mode, human_bytes, titled_table
 from .run_cmd import SEED, _accelerator, random_input
 
 DEFAULT_RUNS = 50
@@ -135,10 +135,8 @@ def _options(accelerator: str, precision: str, threads: int, cache_dir: str, ker
              devices: Any = None) -> Any:
     import litegpu
 
-    mode = {"fast": None, "builtin": litegpu.CpuKernelMode.BUILTIN,
-            "reference": litegpu.CpuKernelMode.REFERENCE}[kernel_mode]
-    return litegpu.Options(_accelerator(accelerator),
-                           cpu_options=litegpu.CpuOptions(num_threads=threads, kernel_mode=mode),
+    cpu = litegpu.CpuOptions(num_threads=threads, kernel_mode=cpu_kernel_mode(kernel_mode))
+    return litegpu.Options(_accelerator(accelerator), cpu_options=cpu,
                            gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir,
                            devices=devices)
 

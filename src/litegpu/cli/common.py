@@ -12,6 +12,13 @@ PREVIEW_BYTES = 16
 KERNEL_MODES = ("fast", "builtin", "reference")
 
 
+def cpu_kernel_mode(name: str) -> Any:
+    """``--kernel-mode NAME`` as ``CpuOptions(kernel_mode=...)`` takes it (None: the default fast path)."""
+    import litegpu
+
+    return {"fast": None, "builtin": litegpu.CpuKernelMode.BUILTIN, "reference": litegpu.CpuKernelMode.REFERENCE}[name]
+
+
 def console() -> Any:
     """A rich console bound to the current stdout (tests swap stdout per test)."""
     from rich.console import Console

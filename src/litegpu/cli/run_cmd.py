@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .common import KERNEL_MODES
+from .common import KERNEL_MODES, cpu_kernel_mode
 
 BUNDLED_MODEL = "mediapipe_face_detection_short_range.tflite"
 SEED = 1234
@@ -87,9 +87,8 @@ def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, 
     if kernel_mode == "fast":  # what a user gets with no options
         model = litegpu.CompiledModel.from_file(str(path), hardware_accel=_accelerator(accelerator))
     else:
-        mode = {"builtin": litegpu.CpuKernelMode.BUILTIN, "reference": litegpu.CpuKernelMode.REFERENCE}[kernel_mode]
         model = litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
-            _accelerator(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=mode)))
+            _accelerator(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=cpu_kernel_mode(kernel_mode))))
     signatures = model.get_signature_list()
     key = signature if signature is not None else next(iter(signatures))
     if key not in signatures:

@@ -693,8 +693,8 @@ def _numerics(model: Model, partitions: Iterable[Partition]) -> str | None:
     said = []
     if hybrid:
         said.append(f"dynamic-range (hybrid) ops on {' and '.join(sorted(hybrid))}, as the official default runs "
-                    "them: an ulp of difference in a layer's input can move its int8 quantization by a step, so on deep "
-                    "models with sharp weights the outputs can be far from the builtin kernels' (a decode step of "
+                    "them: an ulp of difference in a layer's input can move its int8 quantization by a step, so on "
+                    "deep models with sharp weights the outputs can be far from the builtin kernels' (a decode step of "
                     "litert-torch's dynamic_int8 SmolLM export: 6 % of the largest logit)")
     if integer:
         said.append(f"integer ops on {' and '.join(sorted(integer))}'s int8 kernels: a few units from the builtin "
