@@ -76,13 +76,19 @@ def _to_f32(ctx: Any, v: Any) -> Any:
     return xp.where(tiny, lax.bitcast_convert_type(bits, xp.float32), v.astype(xp.float32))
 
 
-def _pow2_f64(ctx: Any, m: Any) -> Any:
-    """2^m as float64 for integer-valued m in [-1022, 1023] (built from its bits, exactly)."""
+# float type -> (its integer of the same width, exponent bias, mantissa bits)
+_POW2_LAYOUT = {np.dtype(f64): (np.int64, 1023, 52), np.dtype(f32): (np.int32, 127, 23)}
+
+
+def _pow2(ctx: Any, m: Any, dtype: Any = f64) -> Any:
+    """2^m as ``dtype`` (float64: integer-valued m in [-1022, 1023]; float32: in [-126, 127]), built from its
+    bits, exactly."""
     xp = ctx.xp
-    biased = (m.astype(xp.int64) + 1023) << 52
+    integer, bias, mantissa = _POW2_LAYOUT[np.dtype(dtype)]
+    biased = (m.astype(integer) + bias) << mantissa
     if ctx.lax is None:
-        return biased.view(f64)
-    return ctx.lax.bitcast_convert_type(biased, xp.float64)
+        return biased.view(dtype)
+    return ctx.lax.bitcast_convert_type(biased, dtype)
 
 
 def _divide_on_grid(ctx: Any, a: Any, b: Any) -> Any:
@@ -175,7 +181,7 @@ def _logistic_packets(ctx: Any, x: Any) -> Any:
         p = r_(r2 * p) + (r + f32(1))
         # exp(h) = p * 2^m, exact in float32 (m >= -76 where it is used: x >= -104)
         m = xp.where(xp.isnan(m), f32(0), xp.maximum(m, f32(-126)))
-        e = p * _pow2_f32(ctx, m)
+        e = p * _pow2(ctx, m, f32)
         # e^2 and e^2 / (1 + e^2) in float32, each rounded (correctly rounded where the results are normal).
         # Below e = 2^-63 the square is subnormal, which XLA CPU flushes and the official kernel keeps; there
         # 1 + e^2 rounds to 1, so the quotient is the square itself: taken from float64 (exact) onto the float32
@@ -186,15 +192,6 @@ def _logistic_packets(ctx: Any, x: Any) -> Any:
         y = xp.where(tiny, _subnormal_square(ctx, xp.where(tiny, e, f32(0))), y)
         y = xp.where(x < f32(-104), f32(0), y)
         return xp.where(xp.isnan(x), x, y)
-
-
-def _pow2_f32(ctx: Any, m: Any) -> Any:
-    """2^m as float32 for integer-valued float32 m in [-126, 127] (built from its bits, exactly)."""
-    xp = ctx.xp
-    biased = (m.astype(xp.int32) + 127) << 23
-    if ctx.lax is None:
-        return biased.view(f32)
-    return ctx.lax.bitcast_convert_type(biased, xp.float32)
 
 
 def _subnormal_square(ctx: Any, e: Any) -> Any:
@@ -269,7 +266,7 @@ def _eigen_exp_packets64(ctx: Any, x: Any) -> Any:
         y = r_(r2 * y) + (r + f32(1))
         m = xp.where(xp.isfinite(m), m, f32(0))
         # pldexp: y * 2^m rounded once (subnormal and infinite results included)
-        e = _f32_grid(ctx, y.astype(xp.float64) * _pow2_f64(ctx, m))
+        e = _f32_grid(ctx, y.astype(xp.float64) * _pow2(ctx, m))
         e = xp.where(x < f32(_EXP_LO), 0.0, xp.where(x == np.inf, np.inf, e))
         return xp.where(xp.isnan(x), x.astype(xp.float64), e)
 
