@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, UnsupportedOpError
 from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
 from ..ir.macs import model_macs, ops_macs
+from .float_view import DATA_MOVEMENT_OPS
 from ..ops import Target, lookup
 
 logger = logging.getLogger(__name__)
@@ -667,10 +668,9 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     return chosen
 
 
-# Integer ops whose results no engine computes otherwise: they move stored values (or dequantize one exactly).
-_SAME_IN_EVERY_ENGINE = frozenset({"GATHER", "GATHER_ND", "EMBEDDING_LOOKUP", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
-                                   "TRANSPOSE", "SLICE", "STRIDED_SLICE", "SPLIT", "SPLIT_V", "PACK", "UNPACK",
-                                   "DEQUANTIZE"})
+# Integer ops whose results no engine computes otherwise: they move stored values (the float view's list), look up
+# rows of a table, or dequantize a value exactly.
+_SAME_IN_EVERY_ENGINE = DATA_MOVEMENT_OPS | {"EMBEDDING_LOOKUP", "DEQUANTIZE"}
 
 
 def _numerics(model: Model, partitions: Iterable[Partition]) -> str | None:
