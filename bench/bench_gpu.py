@@ -121,18 +121,26 @@ def machine(device: Any) -> dict:
 
 # ---- bandwidth --------------------------------------------------------------------------------------
 
-def measure_bandwidth(device: Any, nbytes: int, repeats: int) -> dict:
+def measure_bandwidth(device: Any, nbytes: int, repeats: int, inner: int = 8) -> dict:
     """Device memory bandwidth: a jitted ``x + 1`` over ``nbytes`` of float32 reads and writes every byte
-    once (XLA cannot skip the copy: the result is a new buffer), so bytes moved = 2 * nbytes."""
+    once (XLA cannot skip the copy: the result is a new buffer), so bytes moved = 2 * nbytes.
+
+    The copy runs ``inner`` times inside one program (a loop XLA cannot fold: each pass reads the last one's
+    result), so that the host's dispatch and wait, about 0.1-0.5 ms, are paid once per ``inner`` copies: timed
+    one program a copy, the H200's 1 GB copy gave 2006 GB/s where its memory moves over 4 TB/s (2026-11-26)."""
     jax = jax_module()
     import jax.numpy as jnp
 
     n = nbytes // 4
     x = jax.device_put(np.zeros(n, np.float32), device)
-    bump = jax.jit(lambda a: a + jnp.float32(1))
-    times = timed(lambda: bump(x).block_until_ready(), repeats)
+    bumps = jax.jit(lambda a: jax.lax.fori_loop(0, inner, lambda _, v: v + jnp.float32(1), a))
+    times = [t / inner for t in timed(lambda: bumps(x).block_until_ready(), repeats)]
     best, median = min(times), statistics.median(times)
+    # read only (what a decode step mostly does): a sum per pass, each pass's input shifted by the last sum
+    sums = jax.jit(lambda a: jax.lax.fori_loop(0, inner, lambda _, t: t + jnp.sum(a + t * 0), jnp.float32(0)))
+    reads = statistics.median([t / inner for t in timed(lambda: sums(x).block_until_ready(), repeats)])
     return {"array_bytes": n * 4, "bytes_moved": 2 * n * 4, "median_s": median, "min_s": best,
+            "copies_per_program": inner, "read_median_s": reads, "read_bandwidth_Bps": n * 4 / reads,
             "bandwidth_Bps": 2 * n * 4 / median, "bandwidth_best_Bps": 2 * n * 4 / best}
 
 
@@ -140,7 +148,8 @@ def cmd_bandwidth(args: argparse.Namespace) -> dict:
     device = require(args.accelerator)
     result = measure_bandwidth(device, int(args.bandwidth_gb * 1e9), args.repeats)
     print(f"copy of {result['array_bytes'] / 1e9:.2f} GB (read + write): median {result['median_s'] * 1e3:.3f} ms, "
-          f"{result['bandwidth_Bps'] / 1e9:.0f} GB/s (best {result['bandwidth_best_Bps'] / 1e9:.0f} GB/s)")
+          f"{result['bandwidth_Bps'] / 1e9:.0f} GB/s (best {result['bandwidth_best_Bps'] / 1e9:.0f} GB/s); "
+          f"read only {result['read_bandwidth_Bps'] / 1e9:.0f} GB/s")
     return {"machine": machine(device), "bandwidth": result}
 
 
@@ -390,6 +399,70 @@ def cmd_first_token(args: argparse.Namespace) -> dict:
     return result
 
 
+def kv_cache_bytes(config: Any) -> int:
+    """Bytes of the decoder's float32 KV caches (``bench/decoder_model.py``: [1, max_len, width] per layer, K and V)."""
+    return 2 * config.layers * config.max_len * config.width * 4
+
+
+def bytes_read_per_token(config: Any) -> int:
+    """The fewest bytes a decode step of ``config`` reads: every weight but the embedding table (one row of it)
+    and, as the exported graph attends over its whole KV buffer (masked), every cache row."""
+    embedding_row = 1 if config.weights in ("int8", "int4") else {"float32": 4, "float16": 2}[config.weights]
+    embedding = config.vocab * config.width * embedding_row
+    return config.weight_bytes() - embedding + config.width * embedding_row + kv_cache_bytes(config)
+
+
+def streamed(model: Any, prompt: list[int], n: int, options: dict) -> tuple[list[int], list[float]]:
+    """``generate_stream``'s tokens and the seconds after the call at which each arrived."""
+    import litegpu
+
+    start, tokens, arrivals = time.perf_counter(), [], []
+    for token in litegpu.generate_stream(model, prompt, n, **options):
+        tokens.append(token)
+        arrivals.append(time.perf_counter() - start)
+    return tokens, arrivals
+
+
+def decode_at(model: Any, prompt: list[int], steps: int, repeats: int, options: dict, chunk: int) -> dict:
+    """Decode time per token after ``prompt`` (the first new token is fed at position ``len(prompt)``).
+
+    Two measures: ``s_per_token`` from the arrival times of the streamed tokens, from the end of the first
+    device chunk to the last token (the prefill, the first chunk's compile-free launch and the host's start are
+    outside it); and ``difference_s_per_token``, (generate(steps) - generate(1)) / (steps - 1), the measure of
+    before, which carries the prefill's variation.  Also the token-by-token loop (``chunk_tokens=0``) timed
+    on the same prompt, whose tokens must equal the chunked loop's."""
+    import litegpu
+
+    one = timed(lambda: litegpu.generate(model, prompt, 1, **options), repeats, warmup=1)
+    runs = [streamed(model, prompt, steps, options) for _ in range(repeats + 1)][1:]  # the first one warms up
+    tokens = runs[0][0]
+    skip = max(chunk, 1)  # tokens 1..chunk come with the first launch
+    steady = [(arrivals[-1] - arrivals[skip]) / (len(arrivals) - 1 - skip) for _, arrivals in runs]
+    whole = [arrivals[-1] for _, arrivals in runs]
+    litegpu.generate(model, prompt, 2, chunk_tokens=0)  # its one-step program compiled outside the timing
+    start = time.perf_counter()
+    reference = litegpu.generate(model, prompt, steps, chunk_tokens=0)
+    by_token_s = time.perf_counter() - start
+    if len(tokens) != steps or tokens != reference or any(t != tokens for t, _ in runs):
+        print(f"WARNING: generate gave {len(tokens)} of {steps} tokens; equal to the token-by-token loop's: "
+              f"{tokens == reference}; the same in every run: {all(t == tokens for t, _ in runs)}", flush=True)
+    return {"position": len(prompt), "steps": steps, "s_per_token": statistics.median(steady),
+            "s_per_token_runs": steady,
+            "difference_s_per_token": (statistics.median(whole) - statistics.median(one)) / (steps - 1),
+            "token_by_token_s_per_token": (by_token_s - statistics.median(one)) / (steps - 1),
+            "generated": len(tokens), "equal_to_token_by_token": tokens == reference, "tokens": tokens[:16]}
+
+
+def profiled_decode(model: Any, prompt: list[int], chunk: int, options: dict, folder: Path) -> None:
+    """A ``jax.profiler`` trace of a few decode chunks (warm), for the launch gaps between kernels."""
+    import litegpu
+
+    jax = jax_module()
+    litegpu.generate(model, prompt, 3 * chunk + 1, **options)
+    with jax.profiler.trace(str(folder)):
+        litegpu.generate(model, prompt, 3 * chunk + 1, **options)
+
+
 def cmd_decode(args: argparse.Namespace) -> dict:
     import litegpu
     from decoder_model import config_for_bytes, write_decoder
@@ -404,7 +477,7 @@ def cmd_decode(args: argparse.Namespace) -> dict:
                               weights=args.weights)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="litegpu-decode-"))
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"decoder_{args.weights}_{args.gigabytes:g}gb.tflite"
+    path = folder / f"decoder_{args.weights}_{args.gigabytes:g}gb_{args.width}x{args.max_len}.tflite"
     try:
         if not path.exists():
             start = time.perf_counter()
@@ -414,56 +487,64 @@ def cmd_decode(args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         model = compiled(path, args.accelerator, precision=args.precision, cache_dir=args.cache_dir)
         load_s = time.perf_counter() - start
-        prompt = [(7 * i + 3) % (config.vocab - 1) + 1 for i in range(config.prefill_len)]
-        # as many tokens as the cache holds by default: the prefill's time, which the difference below removes,
-        # varies by tens of ms between calls, too much against 64 decode steps of about a millisecond each
-        room = config.max_len - len(prompt) + 1
+        positions = args.positions or [config.prefill_len]
+        prompts = [[(7 * i + 3) % (config.vocab - 1) + 1 for i in range(p)] for p in positions]
+        # As many tokens as the cache holds after the longest prompt, or --steps
+        room = config.max_len - max(positions) + 1
         steps = min(args.steps, room) if args.steps else room
         start = time.perf_counter()
-        first = litegpu.generate(model, prompt, 2)  # compiles prefill and decode
+        print(f"loaded in {load_s:.1f} s", flush=True)  # progress: a step stopped at its time limit says where
+        first = litegpu.generate(model, prompts[0], 2)  # compiles prefill and decode
         compile_s = time.perf_counter() - start
+        print(f"first generate (compiles prefill and decode) {compile_s:.1f} s", flush=True)
 
         chunked = "chunk_tokens" in inspect.signature(litegpu.generate).parameters  # litegpu since 2026-11-26
         options = {"chunk_tokens": args.chunk} if chunked and args.chunk is not None else {}
-
-        def generate(n: int) -> list[int]:
-            return litegpu.generate(model, prompt, n, **options)
-
-        one = timed(lambda: generate(1), args.repeats, warmup=1)
-        many = timed(lambda: generate(steps), args.repeats, warmup=1)  # the warm-up compiles the decode loop
-        tokens = generate(steps)
-        if tokens[:2] != first:  # reported, not fatal: the timing still stands
-            print(f"WARNING: greedy decoding is not deterministic: {tokens[:2]} then {first}", flush=True)
-        # the chunked loop must give every token, and the token-by-token loop's tokens
-        reference = litegpu.generate(model, prompt, steps, chunk_tokens=0) if chunked else tokens
-        if len(tokens) != steps or tokens != reference:
-            print(f"WARNING: generate gave {len(tokens)} of {steps} tokens; equal to the token-by-token loop's: "
-                  f"{tokens == reference}", flush=True)
-        per_token_s = (statistics.median(many) - statistics.median(one)) / (steps - 1)
+        try:
+            from litegpu.backends.xla_generate import DEFAULT_CHUNK
+        except ImportError:
+            DEFAULT_CHUNK = 0
+        chunk = options.get("chunk_tokens", DEFAULT_CHUNK if chunked else 0)
+        at = []
+        for prompt in prompts:
+            at.append(decode_at(model, prompt, steps, args.repeats, options, chunk))
+            print(f"position {len(prompt)}: {at[-1]['s_per_token'] * 1e3:.3f} ms/token", flush=True)
+        if at[0]["tokens"][:2] != first:  # reported, not fatal: the timing still stands
+            print(f"WARNING: greedy decoding is not deterministic: {at[0]['tokens'][:2]} then {first}", flush=True)
+        if args.trace:
+            profiled_decode(model, prompts[0], max(chunk, 1), options, args.trace)
         host_per_token_s = None
         if args.host_pick:
+            prompt = prompts[0]
             host_one = timed(lambda: host_pick_generate(model, prompt, 1), args.repeats, warmup=1)
             host_many = timed(lambda: host_pick_generate(model, prompt, steps), args.repeats, warmup=0)
             host_per_token_s = (statistics.median(host_many) - statistics.median(host_one)) / (steps - 1)
-            if host_pick_generate(model, prompt, steps) != tokens:
-                print("WARNING: the host-picked tokens differ from generate's", flush=True)
         weight_bytes, on_device = config.weight_bytes(), device_param_bytes(model)
+        read_bytes = bytes_read_per_token(config)
         bandwidth = measure_bandwidth(device, int(args.bandwidth_gb * 1e9), 10)
-        bound = bandwidth["bandwidth_Bps"] / weight_bytes
+        bound = bandwidth["bandwidth_Bps"] / read_bytes
+        for row in at:
+            row["tokens_per_s"] = 1 / row["s_per_token"]
+            row["fraction_of_bound"] = row["tokens_per_s"] / bound
+            row["bound_s_per_token"] = 1 / bound
+        per_token_s = at[0]["s_per_token"]
         result = {
             "machine": machine(device), "config": repr(config), "file_bytes": path.stat().st_size,
             "weight_bytes": weight_bytes, "device_weight_bytes": on_device, "precision": args.precision,
+            "kv_cache_bytes": kv_cache_bytes(config), "bytes_read_per_token": read_bytes,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "plan": model.plan.summary(), "load_s": load_s, "first_generate_s": compile_s, "decode_steps": steps,
-            "decode_s_per_token": per_token_s, "tokens_per_s": 1 / per_token_s, "bandwidth": bandwidth,
-            "host_pick_s_per_token": host_per_token_s, "chunk_tokens": options.get("chunk_tokens"),
+            "positions": at, "decode_s_per_token": per_token_s, "tokens_per_s": 1 / per_token_s,
+            "bandwidth": bandwidth,
+            "host_pick_s_per_token": host_per_token_s, "chunk_tokens": chunk,
             "generate_chunks": chunked, "litegpu": str(Path(litegpu.__file__).parent),
             "fold_growth_device_share": xla.FOLD_GROWTH_DEVICE_SHARE,
-            "bound_tokens_per_s": bound, "fraction_of_bound": (1 / per_token_s) / bound,
+            "bound_tokens_per_s": bound, "fraction_of_bound": at[0]["fraction_of_bound"],
             "bound_tokens_per_s_device_bytes": bandwidth["bandwidth_Bps"] / on_device if on_device else None,
-            "tokens": tokens[:16], "deterministic": tokens[:2] == first, "generated": len(tokens),
-            "equal_to_token_by_token": tokens == reference,
+            "tokens": at[0]["tokens"], "deterministic": at[0]["tokens"][:2] == first,
+            "generated": at[0]["generated"], "equal_to_token_by_token": all(r["equal_to_token_by_token"] for r in at),
             "first_token_cold_s": load_s + compile_s if args.cache_dir else None,
-            "first_token_warm": warm_first_token(path, args, prompt) if args.cache_dir else None}
+            "first_token_warm": warm_first_token(path, args, prompts[0]) if args.cache_dir else None}
     finally:
         if not args.keep:
             path.unlink(missing_ok=True)
@@ -477,18 +558,21 @@ def cmd_decode(args: argparse.Namespace) -> dict:
     print("| quantity | value |\n|---|---:|")
     print(f"| weights in the file ({args.weights}) | {weight_bytes / 1e9:.3f} GB |")
     print(f"| weights held on the device | {on_device / 1e9:.3f} GB |")
-    print(f"| decode, median of {args.repeats} x {steps} tokens | {per_token_s * 1e3:.2f} ms/token = "
-          f"{1 / per_token_s:.1f} tokens/s |")
+    print(f"| bytes a token reads (weights but the embedding table, every KV cache row) | {read_bytes / 1e9:.3f} GB |")
+    print(f"| measured bandwidth (copy of {bandwidth['array_bytes'] / 1e9:.2f} GB; read only) | "
+          f"{bandwidth['bandwidth_Bps'] / 1e9:.0f} GB/s; {bandwidth['read_bandwidth_Bps'] / 1e9:.0f} GB/s |")
+    print(f"| bound: bytes per token / copy bandwidth | {1e3 / bound:.3f} ms/token |")
+    for row in at:
+        print(f"| position {row['position']}: decode, median of {args.repeats} x {steps} tokens (chunk {chunk}) | "
+              f"{row['s_per_token'] * 1e3:.3f} ms/token = {row['tokens_per_s']:.1f} tokens/s, "
+              f"**{row['fraction_of_bound']:.2f} of the bound**; difference measure "
+              f"{row['difference_s_per_token'] * 1e3:.3f}; token by token {row['token_by_token_s_per_token'] * 1e3:.3f} "
+              f"ms/token; tokens equal: {row['equal_to_token_by_token']} |")
     if host_per_token_s is not None:
         print(f"| the same, each token picked on the host (generate before 2026-11-25) | "
               f"{host_per_token_s * 1e3:.2f} ms/token |")
-    print(f"| measured bandwidth (copy of {bandwidth['array_bytes'] / 1e9:.2f} GB) | "
-          f"{bandwidth['bandwidth_Bps'] / 1e9:.0f} GB/s |")
-    print(f"| bound: bandwidth / file weight bytes | {bound:.1f} tokens/s |")
-    print(f"| **fraction of the bound** | **{result['fraction_of_bound']:.2f}** |")
-    if on_device and on_device != weight_bytes:
-        print(f"| (bound if the device bytes are what must be read: {result['bound_tokens_per_s_device_bytes']:.1f} "
-              f"tokens/s, fraction {(1 / per_token_s) / result['bound_tokens_per_s_device_bytes']:.2f}) | |")
+    if os.environ.get("XLA_FLAGS"):
+        print(f"| XLA_FLAGS | {os.environ['XLA_FLAGS']} |")
     return result
 
 
@@ -536,6 +620,9 @@ def main(argv: list[str] | None = None) -> int:
                    "weights stay float16 on a GPU, converted in every step)")
     p.add_argument("--cache-dir", type=Path, help="compile cache: the first token timed cold (this process, which "
                    "writes it) and warm (a second process that reads it)")
+    p.add_argument("--positions", type=int, nargs="+", help="decode after prompts of these lengths (default: one "
+                   "prefill's length): a token's cost at these cache positions")
+    p.add_argument("--trace", type=Path, help="write a jax.profiler trace of a few decode chunks into this folder")
     p = add("first-token", cmd_first_token, "load a model and generate one token, timed (decode --cache-dir)")
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--cache-dir", type=Path)
