@@ -771,26 +771,40 @@ class IreeExecutable(Executable):
         specs = [(tuple(int(d) for d in np.shape(x)), np.dtype(x.dtype)) for x in inputs]
         var_specs = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in variables.items()}
         key = self._cache_entry_key(specs, var_specs)
-        blob = self.cache.load(key) if key is not None else None
-        if blob is not None:
-            try:
-                entry = pickle.loads(blob)
-                if "error" in entry:  # this IREE could not compile it before: do not spend the time again
-                    raise EngineCompileError(f"{entry['error']} (remembered in the compile cache)")
-                program = self._load(entry)
-                self.loaded_from_cache = True
+        program = self._cached_program(key)
+        if program is not None:
+            return program
+        from .cache import computing
+
+        with computing(self.cache, key):
+            program = self._cached_program(key)  # compiled by a process starting beside this one
+            if program is not None:
                 return program
-            except EngineCompileError:
+            try:
+                entry = self._compile(specs, var_specs)
+            except EngineCompileError as e:
+                self._remember(key, {"error": str(e)})
                 raise
-            except Exception as e:  # checksummed, yet not loadable here: rebuild it, never trust it
-                self.cache.discard(key, f"IREE could not load it ({type(e).__name__}: {e})")
-        try:
-            entry = self._compile(specs, var_specs)
-        except EngineCompileError as e:
-            self._remember(key, {"error": str(e)})
-            raise
-        self._remember(key, entry)
+            self._remember(key, entry)
         return self._load(entry)
+
+    def _cached_program(self, key: str | None) -> _Program | None:
+        """The program stored under ``key`` loaded, or None; IREE's remembered refusal raises again."""
+        blob = self.cache.load(key) if key is not None else None
+        if blob is None:
+            return None
+        try:
+            entry = pickle.loads(blob)
+            if "error" in entry:  # this IREE could not compile it before: do not spend the time again
+                raise EngineCompileError(f"{entry['error']} (remembered in the compile cache)")
+            program = self._load(entry)
+        except EngineCompileError:
+            raise
+        except Exception as e:  # checksummed, yet not loadable here: rebuild it, never trust it
+            self.cache.discard(key, f"IREE could not load it ({type(e).__name__}: {e})")
+            return None
+        self.loaded_from_cache = True
+        return program
 
     def compile_ahead(self, input_specs: Sequence[tuple[Sequence[int], Any]] | None = None) -> str:
         """Compile the program for inputs of these (shape, dtype) (default: the partition's declared ones) into the
@@ -823,7 +837,8 @@ class IreeExecutable(Executable):
 
     def _remember(self, key: str | None, entry: dict) -> None:
         if key is not None:
-            self.cache.store(key, pickle.dumps(entry), {"engine": "iree", "source": self.model.source,
+            self.cache.store(key, pickle.dumps(entry), {"engine": "iree", "what": "compiled program",
+                                                         "source": self.model.source,
                                                          "partition": str(self.op_range),
                                                          "target": self.target.description[:80],
                                                          "compiled": "error" not in entry})

@@ -44,8 +44,8 @@ from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ir.save import constant_bytes
 from ..ops import Target
-from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic,
-                     physical_cores)
+from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, installed_version,
+                     integer_arithmetic, physical_cores)
 from .graph import OpRange
 from .memory import host_available_bytes
 
@@ -77,16 +77,9 @@ def _interpreter_module() -> Any:
 
 
 def litert_version() -> str:
-    """The official package's version, from the package itself (the engine has imported it)."""
-    _interpreter_module()
-    import ai_edge_litert
-
-    found = getattr(ai_edge_litert, "__version__", None)
-    if found is None:  # a build without it: its metadata
-        from importlib.metadata import version
-
-        found = version("ai-edge-litert")
-    return str(found)
+    """The official package's version, read without importing it (a warm start planned on OpenVINO does not
+    load the interpreter)."""
+    return installed_version("ai_edge_litert", "ai-edge-litert")
 
 
 def thread_count(settings: EngineSettings) -> int:
@@ -116,6 +109,12 @@ class LiteRtEngine(Engine):
             return True
         except ImportError:
             return False
+
+    def installed(self) -> bool:
+        """Asked without importing the package (60 ms): a warm start planned on OpenVINO does not load it."""
+        import importlib.util
+
+        return importlib.util.find_spec("ai_edge_litert") is not None
 
     def describe(self) -> str:
         return f"ai-edge-litert {litert_version()} (the official interpreter, XNNPACK delegate)"
@@ -148,6 +147,8 @@ class LiteRtEngine(Engine):
             self.interpreter(model)
         except EngineCompileError as e:
             return str(e)
+        except ImportError as e:  # installed (``installed``), but broken here
+            return f"ai-edge-litert is installed but cannot be imported: {e}"
         return None
 
     def settings_refusal(self, model: Model) -> str | None:
@@ -204,14 +205,24 @@ class LiteRtEngine(Engine):
         if model_macs(model) > THREAD_CHOICE_MAX_MACS:
             return cores
         key = self._threads_key(scope, cores)
+        stored = self._stored_thread_count(key, cores)
+        if stored is not None:
+            return stored
+        from .cache import computing
+
+        with computing(self.cache, key):
+            stored = self._stored_thread_count(key, cores)  # timed by a process starting beside this one
+            if stored is not None:
+                return stored
+            threads = _timed_thread_count(model, file, cores)
+            if key is not None:
+                self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
+                                                              "source": model.source, "scope": scope})
+            return threads
+
+    def _stored_thread_count(self, key: str | None, cores: int) -> int | None:
         stored = self.cache.load(key) if key is not None else None
-        if stored is not None and stored.isdigit() and int(stored) in (1, cores):
-            return int(stored)
-        threads = _timed_thread_count(model, file, cores)
-        if key is not None:
-            self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
-                                                          "source": model.source, "scope": scope})
-        return threads
+        return int(stored) if stored is not None and stored.isdigit() and int(stored) in (1, cores) else None
 
     def _threads_key(self, scope: str, cores: int) -> str | None:
         if self.cache is None:
@@ -249,20 +260,23 @@ class LiteRtEngine(Engine):
             shared.reset_variables()
 
     # ---- choice --------------------------------------------------------------------------------
-    def _choice_key(self, model: Model, scope: str, other: Engine) -> str | None:
+    def _choice_key(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
         if self.cache is None:
             return None
         from .cache import make_key
 
+        # ``any_model``: a verdict that ``scope`` names without the model (the planner's verdicts by op structure,
+        # ``compile.choices``), found from another model's start
+        base = {k: v for k, v in self.cache_key.items() if k != "model_token"} if any_model else self.cache_key
         # the other engine's version as its package metadata says: a warm start reads the verdict without
         # importing it (OpenVINO: ``openvino_package_version``)
-        return make_key({**self.cache_key, "choice": ["litert", other.name], "scope": scope,
+        return make_key({**base, "choice": ["litert", other.name], "scope": scope,
                          "litert": litert_version(), other.name: other.version(),
                          "threads": thread_count(self.settings), "cpu": cpu_name()})
 
-    def cached_choice(self, model: Model, scope: str, other: Engine) -> str | None:
+    def cached_choice(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
         """The verdict of an earlier ``faster_than`` on the same model, scope, versions and CPU, if cached."""
-        key = self._choice_key(model, scope, other)
+        key = self._choice_key(model, scope, other, any_model)
         stored = self.cache.load(key) if key is not None else None
         if stored in (b"litert", other.name.encode()):
             return stored.decode()
@@ -277,6 +291,14 @@ class LiteRtEngine(Engine):
         cached = self.cached_choice(model, scope, other)
         if cached is not None:
             return cached
+        from .cache import computing
+
+        with computing(self.cache, self._choice_key(model, scope, other)):
+            # a process starting beside this one (a server's workers) may have timed them meanwhile
+            return self.cached_choice(model, scope, other) or self._timed_choice(model, op_ranges, other, scope)
+
+    def _timed_choice(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
+        """``faster_than``'s timing, its verdict remembered."""
         from .engine import fastest, sample_inputs
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
@@ -298,9 +320,9 @@ class LiteRtEngine(Engine):
         self.remember_choice(model, scope, other, winner)
         return winner
 
-    def remember_choice(self, model: Model, scope: str, other: Engine, winner: str) -> None:
+    def remember_choice(self, model: Model, scope: str, other: Engine, winner: str, any_model: bool = False) -> None:
         """Keep a verdict in the compile cache (when there is one), for ``cached_choice`` to find."""
-        key = self._choice_key(model, scope, other)
+        key = self._choice_key(model, scope, other, any_model)
         if key is not None:
             self.cache.store(key, winner.encode(), {"engine": "litert", "what": "engine choice",
                                                     "source": model.source, "scope": scope})

@@ -1316,11 +1316,17 @@ class XlaBackend:
             if executable is not None:
                 self._executables[key] = executable
                 return executable
-        _release_freed_memory()
-        executable = self._compile_lowered(jitted.lower(self.params, *args))
-        _release_freed_memory()
+        from .cache import computing
+
+        with computing(self.cache, key):
+            executable = self._load_executable(key) if key is not None else None  # compiled beside this process
+            if executable is None:
+                _release_freed_memory()
+                executable = self._compile_lowered(jitted.lower(self.params, *args))
+                _release_freed_memory()
+                if key is not None:
+                    self._store_executable(key, executable, self.jax.tree_util.tree_leaves(args))
         if key is not None:
-            self._store_executable(key, executable, self.jax.tree_util.tree_leaves(args))
             self._executables[key] = executable
         return executable
 
@@ -1357,8 +1363,13 @@ class XlaBackend:
         if executable is None:
             executable = self._load_executable(key)
         if executable is None:
-            executable = self._compile(args, consumed)
-            self._store_executable(key, executable, args)
+            from .cache import computing
+
+            with computing(self.cache, key):
+                executable = self._load_executable(key)  # compiled by a process starting beside this one
+                if executable is None:
+                    executable = self._compile(args, consumed)
+                    self._store_executable(key, executable, args)
         self._executables[key] = executable
         return executable
 
@@ -1387,7 +1398,8 @@ class XlaBackend:
         except Exception:  # some platforms cannot serialize; the in-memory executable still runs
             return
         self.cache.store(key, pickle.dumps((payload, in_tree, out_tree)),
-                         {"model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
+                         {"engine": "xla", "what": "compiled program", "source": self.model.source,
+                          "model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
                           "platform": self.platform, "inputs": [tuple(a.shape) for a in args]})
 
     def lower(self, args: Sequence[Any]) -> Any:
