@@ -324,8 +324,9 @@ class LiteRtEngine(Engine):
         """Keep a verdict in the compile cache (when there is one), for ``cached_choice`` to find."""
         key = self._choice_key(model, scope, other, any_model)
         if key is not None:
-            self.cache.store(key, winner.encode(), {"engine": "litert", "what": "engine choice",
-                                                    "source": model.source, "scope": scope})
+            what = "engine choice for any model of the same ops" if any_model else "engine choice"
+            self.cache.store(key, winner.encode(), {"engine": "litert", "what": what, "source": model.source,
+                                                    "scope": scope})
 
 
 # One redirection of the process's stderr at a time (it is process-wide).
