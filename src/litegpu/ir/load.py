@@ -33,6 +33,21 @@ def read_model(source: ModelSource) -> Model:
     return model_from_raw(decode_model(source))
 
 
+def operator_code(raw: Mapping, circle: bool = False) -> int:
+    """The op code a decoded OperatorCode table means.  TFLite keeps it in two fields: the byte
+    ``deprecated_builtin_code`` (codes up to 127, the only field older writers fill) and the wide
+    ``builtin_code`` (which such files leave at its default, 0, ADD); the op is the larger of the two."""
+    new = raw.get("builtin_code")
+    new = int(builtin_codes().get(new, new)) if isinstance(new, str) else int(new or 0)
+    deprecated = int(raw.get("deprecated_builtin_code") or 0)
+    if circle:
+        # As ONE's loaders read it: the wide field where it holds a code past the byte's range, the
+        # byte field otherwise, which is where circle's negative codes live (tico writes them in
+        # both fields, older tools in the byte only, leaving the wide one 0).
+        return new if new >= PLACEHOLDER_FOR_GREATER_OP_CODES else deprecated
+    return max(new, deprecated)
+
+
 def with_ir_defaults(table_name: str | None, decoded: Mapping | None) -> dict[str, Any]:
     """A decoded options / quantization-details table as the IR holds it: every field of the IR's
     definition of the table (TFLite's where both formats have it), decoded values over defaults."""
@@ -109,17 +124,7 @@ class _Loader:
         return Buffer(data if data is not None and data.size else None)
 
     def opcode(self, i: int, raw: Mapping) -> tuple[str, int | None, int]:
-        codes = builtin_codes()
-        new = raw.get("builtin_code")
-        new = codes.get(new, new) if isinstance(new, str) else int(new or 0)
-        deprecated = int(raw.get("deprecated_builtin_code") or 0)
-        if self.raw.file_format is CIRCLE:
-            # As ONE's loaders read it: the wide field where it holds a code past the byte's range, the
-            # byte field otherwise, which is where circle's negative codes live (tico writes them in
-            # both fields, older tools in the byte only, leaving the wide one 0).
-            code = int(new) if int(new) >= PLACEHOLDER_FOR_GREATER_OP_CODES else deprecated
-        else:
-            code = max(int(new), deprecated)
+        code = operator_code(raw, self.raw.file_format is CIRCLE)
         version = int(raw.get("version") or 1)
         if code == CUSTOM_CODE:
             custom = raw.get("custom_code")
