@@ -101,7 +101,7 @@ def test_dump_prints_tables_and_previews_bytes(shared_models, capsys):
     code, out, _ = run_cli(capsys, "dump", str(shared_models / "two_signatures_float32.tflite"))
     assert code == 0
     assert out.startswith("# ") and "\nModel:\n" in out
-    for text in ('builtin_code: "FULLY_CONNECTED"', 'signature_key: "encode"', "shape: [1, 32]",
+    for text in ("builtin_code: 9 (FULLY_CONNECTED)", 'signature_key: "encode"', "shape: [1, 32]",
                  "builtin_options_type: \"FullyConnectedOptions\"", 'name: "min_runtime_version"'):
         assert text in out
     # 16 KB of weights are shown as location + size + a preview, never in full.
