@@ -144,7 +144,8 @@ def test_bench_bad_file_exits_2_with_the_message(tmp_path, capsys, content, mess
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--runs", "0"], "--runs must be >= 1"),
+    (["--runs", "0"], "argument --runs: 0 is less than 1"),
+    (["--warmup", "-3"], "argument --warmup: -3 is less than 0"),
     (["--signature", "nope"], "no signature 'nope'"),
     (["--accelerator", "tpu"], "expected cpu, gpu or gpu,cpu"),
 ])

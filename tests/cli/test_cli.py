@@ -340,7 +340,12 @@ def test_doctor_lists_the_vulkan_devices_and_what_iree_does_with_them(capsys):
     (iree_row,) = [e for e in info["engines"] if e["engine"] == "iree"]
     if not vulkan_devices():
         assert len(rows) == 1 and rows[0]["engines"] == "-" and "mesa-vulkan-drivers" in rows[0]["install"]
-        assert not iree_row["available"] and "litegpu[vulkan]" in iree_row["install"]
+        assert not iree_row["available"]
+        if missing_package() is None:  # installed: no pip hint, the device is what is missing
+            assert iree_row["status"] == "installed; no hardware Vulkan device"
+            assert "litegpu[vulkan]" not in iree_row["install"] and "Vulkan" in iree_row["install"]
+        else:
+            assert "litegpu[vulkan]" in iree_row["install"]
         return
     assert [r["device"] for r in rows] == [f"Vulkan {d.index}" for d in vulkan_devices()]
     for row, device in zip(rows, vulkan_devices()):
@@ -349,6 +354,9 @@ def test_doctor_lists_the_vulkan_devices_and_what_iree_does_with_them(capsys):
             assert 'GpuOptions(engine="iree")' in row["engines"]  # software: only when asked for by name
     if all(d.is_software for d in vulkan_devices()):
         assert not iree_row["available"] and "software" in iree_row["detail"]
+        if missing_package() is None:
+            assert iree_row["status"] == "installed; no hardware Vulkan device"
+            assert "litegpu[vulkan]" not in iree_row["install"]
         assert "GPU plans run on" not in info["gpu"] or "XLA" in info["gpu"]
 
 

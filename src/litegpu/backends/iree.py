@@ -1052,6 +1052,10 @@ class IreeEngine(Engine):
             return False
         return True
 
+    def installed(self) -> bool:
+        """IREE's runtime is there, whether or not a device is (``litegpu doctor`` tells the two apart)."""
+        return missing_package() is None
+
     def describe(self) -> str:
         return (f"iree-base-runtime {iree_version()} (compiler {iree_version('iree-base-compiler')}); "
                 f"{self.device.api}: {self.device.describe()}")

@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .common import KERNEL_MODES, console, cpu_kernel_mode, human_bytes, titled_table
-from .run_cmd import SEED, _accelerator, random_input
+from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, console, count, cpu_kernel_mode, human_bytes,
+                     titled_table)
+from .run_cmd import SEED, random_input
 
 DEFAULT_RUNS = 50
 DEFAULT_WARMUP = 5
@@ -136,7 +137,7 @@ def _options(accelerator: str, precision: str, threads: int, cache_dir: str, ker
     import litegpu
 
     cpu = litegpu.CpuOptions(num_threads=threads, kernel_mode=cpu_kernel_mode(kernel_mode))
-    return litegpu.Options(_accelerator(accelerator), cpu_options=cpu,
+    return litegpu.Options(accelerator_flags(accelerator), cpu_options=cpu,
                            gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir,
                            devices=devices)
 
@@ -295,8 +296,10 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
     own_cache = cache_dir is None
     directory = tempfile.mkdtemp(prefix="litegpu-bench-") if own_cache else str(cache_dir)
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        cache_was_empty = not any(Path(directory).iterdir())
+        from ..backends.cache import CompileCache
+
+        CompileCache(directory)  # created private (0700), as every compile cache directory
+        cache_was_empty = not any(Path(directory).glob("*.bin"))
         options = _options(accelerator, precision, threads, directory, kernel_mode, devices)
         peak_reset = reset_peak_rss()
         baseline = host_memory()["rss_bytes"]
@@ -641,15 +644,15 @@ def run(args: Any) -> int:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure start-up, latency (outputs read back), memory and delegation")
     p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
-    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help="where to run (default cpu)")
+    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help=ACCELERATOR_HELP)
     p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
                    help="float precision on the device (default fp32)")
     p.add_argument("--signature", metavar="KEY", help="signature to run (default: the first)")
-    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
+    p.add_argument("--runs", type=count(1), default=DEFAULT_RUNS, metavar="N",
                    help=f"timed runs (default {DEFAULT_RUNS})")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
+    p.add_argument("--warmup", type=count(0), default=DEFAULT_WARMUP, metavar="N",
                    help=f"untimed runs before them (default {DEFAULT_WARMUP})")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
+    p.add_argument("--threads", type=count(0), default=0, metavar="N",
                    help="CpuOptions.num_threads: OpenVINO's and LiteRT's threads (XLA CPU sizes its own pool; "
                         "default 0: the physical cores)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",

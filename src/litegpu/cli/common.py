@@ -16,6 +16,24 @@ PREVIEW_BYTES = 16
 KERNEL_MODES = ("fast", "builtin", "reference")
 
 
+def accelerator_flags(spec: str) -> Any:
+    """``--accelerator cpu|gpu|gpu,cpu`` as ``HardwareAccelerator`` flags."""
+    import litegpu
+
+    from ..errors import InvalidArgumentError
+
+    names = [p.strip().upper() for p in spec.split(",") if p.strip()]
+    if not names or any(n not in ("CPU", "GPU") for n in names):
+        raise InvalidArgumentError(f"--accelerator {spec!r}: expected cpu, gpu or gpu,cpu")
+    value = litegpu.HardwareAccelerator[names[0]]
+    for n in names[1:]:
+        value = value | litegpu.HardwareAccelerator[n]
+    return value
+
+
+ACCELERATOR_HELP = "where to run: cpu (the default), gpu, or gpu,cpu (the GPU, else the CPU with a warning)"
+
+
 def cpu_kernel_mode(name: str) -> Any:
     """``--kernel-mode NAME`` as ``CpuOptions(kernel_mode=...)`` takes it (None: the default fast path)."""
     import litegpu

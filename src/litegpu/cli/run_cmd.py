@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..models import BUNDLED_MODEL, Reference, bundled_model, reference_for
-from .common import KERNEL_MODES, count, cpu_kernel_mode, in_cli_words, signature_label, step
+from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, count, cpu_kernel_mode, in_cli_words, signature_label,
+                     step)
 
 SEED = 1234
 PREVIEW_VALUES = 6
@@ -71,18 +72,6 @@ def random_input(shape: list[int], dtype: str, rng: np.random.Generator) -> np.n
     return rng.uniform(-1.0, 1.0, size=shape).astype(np_dtype)
 
 
-def _accelerator(spec: str) -> Any:
-    import litegpu
-
-    names = [p.strip().upper() for p in spec.split(",") if p.strip()]
-    if not names or any(n not in ("CPU", "GPU") for n in names):
-        raise InvalidArgumentError(f"--accelerator {spec!r}: expected cpu, gpu or gpu,cpu")
-    value = litegpu.HardwareAccelerator[names[0]]
-    for n in names[1:]:
-        value = value | litegpu.HardwareAccelerator[n]
-    return value
-
-
 def _summary(name: str, array: np.ndarray) -> str:
     flat = array.reshape(-1)
     values = ", ".join(f"{v:.5g}" if flat.dtype.kind == "f" else str(v) for v in flat[:PREVIEW_VALUES].tolist())
@@ -124,9 +113,9 @@ def _load(path: Path, accelerator: str, kernel_mode: str) -> Any:
     import litegpu
 
     if kernel_mode == "fast":  # what a user gets with no options
-        return litegpu.CompiledModel.from_file(str(path), hardware_accel=_accelerator(accelerator))
+        return litegpu.CompiledModel.from_file(str(path), hardware_accel=accelerator_flags(accelerator))
     return litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
-        _accelerator(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=cpu_kernel_mode(kernel_mode))))
+        accelerator_flags(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=cpu_kernel_mode(kernel_mode))))
 
 
 def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, accelerator: str,
@@ -225,8 +214,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                    help="an input array (repeatable); float64 and int64 arrays are cast to the input's type")
     p.add_argument("--signature", metavar="KEY", help="signature to run (default: the first)")
-    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu",
-                   help="where to run (default cpu; gpu,cpu falls back to the CPU without a GPU)")
+    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help=ACCELERATOR_HELP)
     p.add_argument("--runs", type=count(0), default=10, metavar="N", help="timed runs after the first (default 10)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels: fast (the fastest engine per model, the default), builtin (the official "
