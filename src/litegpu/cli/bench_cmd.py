@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, console, count, cpu_kernel_mode, human_bytes,
-                     titled_table)
+                     step, titled_table)
 from .run_cmd import SEED, random_input
 
 DEFAULT_RUNS = 50
@@ -102,7 +102,8 @@ def device_memory(model: Any) -> dict[str, Any] | None:
 
 # ---- progress ---------------------------------------------------------------------------------
 class _Progress:
-    """A rich progress bar on stderr (stdout stays parseable); silent when stderr is not a terminal."""
+    """A rich progress bar on stderr (stdout stays parseable); when stderr is not a terminal, a line for each phase
+    that takes long (``common.step``)."""
 
     def __init__(self, enabled: bool):
         self._progress = None
@@ -121,8 +122,9 @@ class _Progress:
 
     @contextmanager
     def phase(self, description: str, total: int) -> Iterator[Callable[[], None]]:
-        if self._progress is None:
-            yield lambda: None
+        if self._progress is None:  # not a terminal: a line on stderr if the phase takes long
+            with step(description):
+                yield lambda: None
             return
         with self._progress:
             task = self._progress.add_task(description, total=total)
