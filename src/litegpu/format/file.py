@@ -122,8 +122,12 @@ class _TrackingDecoder(Decoder):
         self.end = 0
 
     def _check(self, pos: int, length: int, path: str, what: str) -> None:
-        super()._check(pos, length, path, what)
-        self.end = max(self.end, pos + length)
+        # the decoder's hottest call (once per value read): the base check and the furthest byte, inline
+        end = pos + length
+        if pos < 0 or length < 0 or end > self.size:
+            super()._check(pos, length, path, what)  # raises, naming the place
+        if end > self.end:
+            self.end = end
 
 
 def decode_model(source: ModelSource) -> RawModel:
