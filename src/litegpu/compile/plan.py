@@ -643,10 +643,13 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     if known is not None and known[0] == "litert" and litert.model_refusal(model) is None:
         logger.info("%s: the official interpreter runs it whole: %s", model.source, known[1])
         return _litert_whole(model, flags, litert, openvino, remember=known[1] != REMEMBERED)
-    # a verdict for OpenVINO was reached where the interpreter took the model whole: not loaded again to ask
-    takes_whole = litert is not None and ((known is not None and known[0] != "litert")
-                                          or litert.model_refusal(model) is None)
-    if takes_whole and openvino is None:
+    def takes_whole() -> bool:
+        """Whether the official interpreter loads the model, asked where it matters (it loads the model to answer,
+        and packs its weights): a verdict for OpenVINO was reached where it did, and is not asked again."""
+        return litert is not None and ((known is not None and known[0] != "litert")
+                                       or litert.model_refusal(model) is None)
+
+    if openvino is None and takes_whole():
         return _litert_plan(model, flags)  # no other fast engine: XLA's exact kernels would only be slower
     if openvino is not None and not openvino.available():  # installed (fast_cpu_engines), but cannot start here
         logger.info("OpenVINO is installed but cannot run here: the fast CPU path goes without it")
@@ -654,17 +657,17 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     try:
         chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
     except UnsupportedOpError:
-        if not takes_whole:
+        if not takes_whole():
             raise
         return _litert_whole(model, flags, litert, openvino)  # ops litegpu lacks, which the interpreter has
     if litert is None:
         return chosen
-    if takes_whole and _litert_is_faster(model, chosen, litert, openvino, known):
+    if _litert_is_faster(model, chosen, litert, openvino, known) and takes_whole():
         return _litert_whole(model, flags, litert, openvino)
     litert.forget(model)  # the interpreter made to time it
     if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
         mixed = _litert_partitions(model, chosen, litert, openvino)
-        if takes_whole and Target.OPENVINO not in {p.target for p in mixed.partitions}:
+        if Target.OPENVINO not in {p.target for p in mixed.partitions} and takes_whole():
             # OpenVINO kept nothing: the ops it refused run on the interpreter's own kernels too, instead of
             # XLA partitions with a boundary each side (selfie segmentation: 0.81 -> 1.0x XNNPACK)
             for p in mixed.partitions:
