@@ -62,6 +62,10 @@ PACKED_COPY_ROOM = 3
 # saves (the work of an op too small to share out); the bound keeps the timing at most about 0.1 s of a
 # first start (a 50 M model runs in about 1-3 ms here), and bigger models share their work well.
 THREAD_CHOICE_MAX_MACS = 50_000_000
+# How long the two thread counts are timed (rounds alternating, at least three): a tenth of the engines' timing
+# budget, as the first start of every small model pays it (the bundled face detector's first start was twice its
+# warm start with 0.3 s here), and both candidates are the same engine on the same model.
+THREAD_TIMING_S = 0.1
 # The other engine must beat the official interpreter by more than this to run the model: within it the timed
 # choice flipped from run to run (MediaPipe hand and face, EfficientNet-B0, DenseNet121 batch 1: the engines
 # within ~5 % there), and a tie is better given to the official default, whose outputs are the reference and
@@ -395,7 +399,7 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     except ModelExecutionError:  # it loads but cannot run (a delegate that fails at its first invoke):
         return cores  # nothing to time; the planner finds out where it runs the model
     repeat = int(min(1000, max(1, 1e-3 / max(time.perf_counter() - start, 1e-7))))
-    _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()})
+    _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()}, budget_s=THREAD_TIMING_S)
     one, more = medians.get("1"), medians.get(str(cores))
     if one is None or more is None:
         return cores
