@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, console, count, cpu_kernel_mode, human_bytes,
-                     step, titled_table)
+                     signature_label, step, titled_table)
 from .run_cmd import SEED, random_input
 
 DEFAULT_RUNS = 50
@@ -547,7 +547,7 @@ def render(result: dict[str, Any]) -> None:
     out = console()
     d, lat, init = result["delegation"], result["latency_ms"], result["init"]
     shapes = ", ".join(f"{i['name']} {i['shape']} {i['dtype']}" for i in result["inputs"])
-    table = titled_table(f"{Path(result['model']).name}  signature {result['signature']!r}  "
+    table = titled_table(f"{Path(result['model']).name}  {signature_label(result['signature'])}  "
                          f"{d['accelerator']} {result['precision']}")
     table.add_column("measure")
     table.add_column("value", justify="right")
