@@ -24,7 +24,6 @@ import os
 import platform
 import resource
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -361,7 +360,7 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return float(np.median(times))
 
 
 def _make_profiler_class() -> type:

@@ -8,7 +8,6 @@ its own, see ``litegpu.models``), the run takes its inputs and says whether the 
 
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -172,7 +171,7 @@ def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, 
         matched, report = _against_reference(dict(zip(out_names, results)), reference, kernel_mode)
         lines += report
     lines.append(f"latency: first run {first * 1e3:.1f} ms (load, plan, compile or load from the compile cache, run)"
-                 + (f"; median of {runs} runs {statistics.median(times) * 1e3:.3f} ms" if times else ""))
+                 + (f"; median of {runs} runs {float(np.median(times)) * 1e3:.3f} ms" if times else ""))
     return lines, matched
 
 
