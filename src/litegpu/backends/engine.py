@@ -206,6 +206,7 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+@functools.lru_cache(maxsize=None)
 def installed_version(module: str, distribution: str) -> str:
     """The version of an installed package, read without importing it (a warm start's cache keys name the
     engines' versions, and importing one costs 60-200 ms): from the name of its ``<distribution>-<version>

@@ -143,7 +143,8 @@ class LiteRtEngine(Engine):
         from ..ir.save import format_refusal
 
         reason = self.settings_refusal(model)
-        if reason is None and (not_tflite := format_refusal(model)) is not None:
+        # a model the interpreter reads from its .tflite file is TFLite; one from memory may hold circle-only parts
+        if reason is None and self.file is None and (not_tflite := format_refusal(model)) is not None:
             reason = f"the official interpreter reads TFLite only: {not_tflite}"
         if reason is not None:
             return reason
