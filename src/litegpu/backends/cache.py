@@ -27,16 +27,17 @@ import stat
 import struct
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import xxhash
 
 from ..errors import CacheError
 
 log = logging.getLogger("litegpu.cache")
+T = TypeVar("T")
 
 MAGIC = b"LGPUC001"
 _HEADER = struct.Struct("<8s32sQ16s")  # magic, key (hex of 128-bit digest), payload length, xxh3_128 of payload
@@ -330,14 +331,19 @@ class CompileCache:
         return problems
 
 
-@contextlib.contextmanager
-def computing(cache: CompileCache | None, key: str | None) -> Iterator[None]:
-    """``cache.building(key)`` where there is a cache to share the result through; nothing otherwise."""
+def found_or_made(cache: CompileCache | None, key: str | None, find: Callable[[], T | None],
+                  make: Callable[[], T]) -> T:
+    """What ``find()`` finds under ``key`` (None: nothing usable), else ``make()``, which computes and stores it,
+    run holding the entry's lock after looking again: a process starting beside this one (a server's workers) may
+    have made it meanwhile, and the others wait for the one making it.  Without a cache, ``make()``."""
+    found = find()
+    if found is not None:
+        return found
     if cache is None or key is None:
-        yield
-        return
+        return make()
     with cache.building(key):
-        yield
+        found = find()
+        return found if found is not None else make()
 
 
 def open_default_cache() -> CompileCache | None:

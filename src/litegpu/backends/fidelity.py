@@ -64,24 +64,21 @@ def openvino_verdict(model: Model, file: str | None, settings: EngineSettings, c
         return HybridVerdict(False, refusal)
     if cache is None:
         return _measured(model, file, settings)
-    from .cache import computing, make_key
+    from .cache import found_or_made, make_key
     from .litert import litert_version
     from .openvino import openvino_package_version
 
     # OpenVINO's version from its package metadata: a warm start that keeps XNNPACK never imports OpenVINO
     key = make_key({**(cache_key or {}), "what": "hybrid ops: openvino against xnnpack",
                     "litert": litert_version(), "openvino": openvino_package_version(), "cpu": cpu_name()})
-    stored = _stored(cache, key)
-    if stored is not None:
-        return stored
-    with computing(cache, key):
-        stored = _stored(cache, key)  # measured by a process starting beside this one
-        if stored is not None:
-            return stored
+
+    def measured() -> HybridVerdict:
         verdict = _measured(model, file, settings)
         cache.store(key, json.dumps(verdict.__dict__).encode(), {"engine": "openvino", "what": "hybrid verdict",
                                                                  "source": model.source})
         return verdict
+
+    return found_or_made(cache, key, lambda: _stored(cache, key), measured)
 
 
 def _stored(cache: Any, key: str) -> HybridVerdict | None:

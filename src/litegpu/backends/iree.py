@@ -770,23 +770,19 @@ class IreeExecutable(Executable):
     def _program(self, inputs: Sequence[Any], variables: dict) -> _Program:
         specs = [(tuple(int(d) for d in np.shape(x)), np.dtype(x.dtype)) for x in inputs]
         var_specs = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in variables.items()}
-        key = self._cache_entry_key(specs, var_specs)
-        program = self._cached_program(key)
-        if program is not None:
-            return program
-        from .cache import computing
+        from .cache import found_or_made
 
-        with computing(self.cache, key):
-            program = self._cached_program(key)  # compiled by a process starting beside this one
-            if program is not None:
-                return program
+        def compiled() -> _Program:
             try:
                 entry = self._compile(specs, var_specs)
             except EngineCompileError as e:
                 self._remember(key, {"error": str(e)})
                 raise
             self._remember(key, entry)
-        return self._load(entry)
+            return self._load(entry)
+
+        key = self._cache_entry_key(specs, var_specs)
+        return found_or_made(self.cache, key, lambda: self._cached_program(key), compiled)
 
     def _cached_program(self, key: str | None) -> _Program | None:
         """The program stored under ``key`` loaded, or None; IREE's remembered refusal raises again."""

@@ -209,21 +209,18 @@ class LiteRtEngine(Engine):
 
         if model_macs(model) > THREAD_CHOICE_MAX_MACS:
             return cores
-        key = self._threads_key(scope, cores)
-        stored = self._stored_thread_count(key, cores)
-        if stored is not None:
-            return stored
-        from .cache import computing
+        from .cache import found_or_made
 
-        with computing(self.cache, key):
-            stored = self._stored_thread_count(key, cores)  # timed by a process starting beside this one
-            if stored is not None:
-                return stored
+        key = self._threads_key(scope, cores)
+
+        def timed() -> int:
             threads = _timed_thread_count(model, file, cores)
             if key is not None:
                 self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
                                                               "source": model.source, "scope": scope})
             return threads
+
+        return found_or_made(self.cache, key, lambda: self._stored_thread_count(key, cores), timed)
 
     def _stored_thread_count(self, key: str | None, cores: int) -> int | None:
         stored = self.cache.load(key) if key is not None else None
@@ -293,14 +290,11 @@ class LiteRtEngine(Engine):
         """"litert" or ``other.name``: which engine runs these partitions (``scope`` names them: the whole
         model, or one partition) faster, timed alternately on sample inputs; the verdict is kept in the compile
         cache, keyed by the model, the scope, both engines' versions, the thread count and the CPU."""
-        cached = self.cached_choice(model, scope, other)
-        if cached is not None:
-            return cached
-        from .cache import computing
+        from .cache import found_or_made
 
-        with computing(self.cache, self._choice_key(model, scope, other)):
-            # a process starting beside this one (a server's workers) may have timed them meanwhile
-            return self.cached_choice(model, scope, other) or self._timed_choice(model, op_ranges, other, scope)
+        return found_or_made(self.cache, self._choice_key(model, scope, other),
+                             lambda: self.cached_choice(model, scope, other),
+                             lambda: self._timed_choice(model, op_ranges, other, scope))
 
     def _timed_choice(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
         """``faster_than``'s timing, its verdict remembered."""

@@ -176,22 +176,19 @@ class OpenVinoEngine(Engine):
             return _conversion_refusals(model, subgraph, candidates, self.file)
         import json
 
-        from .cache import computing, make_key
+        from .cache import found_or_made, make_key
 
         key = make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                         "support": subgraph, "candidates": candidates,
                         "approximate_integers": self.settings.approximate_integers})
-        stored = self._stored_refusals(key)
-        if stored is not None:
-            return stored
-        with computing(self.cache, key):
-            stored = self._stored_refusals(key)  # converted by a process starting beside this one
-            if stored is not None:
-                return stored
+
+        def converted() -> dict[int, str]:
             found = _conversion_refusals(model, subgraph, candidates, self.file)
             self.cache.store(key, json.dumps(found).encode(), {"engine": "openvino", "what": "op support",
                                                                "source": model.source})
             return found
+
+        return found_or_made(self.cache, key, lambda: self._stored_refusals(key), converted)
 
     def _stored_refusals(self, key: str) -> dict[int, str] | None:
         import json
@@ -403,15 +400,10 @@ class OpenVinoExecutable(Executable):
             return self._compiled[shapes]
 
     def _compile(self, shapes: tuple) -> "_Compiled":
-        from .cache import computing
+        from .cache import found_or_made
 
         key = self._key(shapes) if self.cache is not None else None
-        found = self._cached(key)
-        if found is not None:
-            return found
-        with computing(self.cache, key):
-            # compiled by a process starting beside this one meanwhile, or compiled here
-            return self._cached(key) or self._compiled_now(shapes, key)
+        return found_or_made(self.cache, key, lambda: self._cached(key), lambda: self._compiled_now(shapes, key))
 
     def _cached(self, key: str | None) -> "_Compiled | None":
         """The blob stored under ``key`` imported, or None (none there, or one this OpenVINO cannot read)."""
