@@ -643,6 +643,7 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     if known is not None and known[0] == "litert" and litert.model_refusal(model) is None:
         logger.info("%s: the official interpreter runs it whole: %s", model.source, known[1])
         return _litert_whole(model, flags, litert, openvino, remember=known[1] != REMEMBERED)
+
     def takes_whole() -> bool:
         """Whether the official interpreter loads the model, asked where it matters (it loads the model to answer,
         and packs its weights): a verdict for OpenVINO was reached where it did, and is not asked again."""
