@@ -21,7 +21,6 @@ the same device (see :class:`OpProfiler` for what that does and does not mean).
 from __future__ import annotations
 
 import os
-import platform
 import resource
 import shutil
 import sys
@@ -261,6 +260,10 @@ def _warm_up_runtime() -> None:
 
 
 def _versions() -> dict[str, str]:
+    # platform imported here, not at the top: every litegpu command imports this module, and platform's import
+    # compiles a dozen regular expressions
+    import platform
+
     from ..runtime.compiled_model import litegpu_version
 
     found = {"litegpu": litegpu_version(), "python": platform.python_version()}
@@ -275,6 +278,8 @@ def _versions() -> dict[str, str]:
 
 
 def _machine() -> dict[str, Any]:
+    import platform
+
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"machine": platform.machine(), "cpus": os.cpu_count(), "system": platform.system(),
             "load_average_1m": round(load[0], 2) if load else None}
