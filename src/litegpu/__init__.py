@@ -15,7 +15,6 @@ from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, Env
                       HardwareAccelerator, Model, Options, TensorBuffer)
 
 from .ops.python_ops import register_custom_op, unregister_custom_op
-from .models import bundled_model
 
 __version__ = "0.1.0"
 
@@ -28,10 +27,11 @@ __all__ = [
 ]
 
 # Imported on first use, so that ``import litegpu`` (every start) does not load them: the classic Interpreter API,
-# generation and LiteRT-LM bundles.
+# generation, LiteRT-LM bundles, the bundled model's path.
 _LAZY = {"Interpreter": "litegpu.runtime.interpreter", "OpResolverType": "litegpu.runtime.interpreter",
          "SignatureRunner": "litegpu.runtime.interpreter", "generate": "litegpu.runtime.generate",
-         "generate_stream": "litegpu.runtime.generate", "LitertLmBundle": "litegpu.runtime.litertlm"}
+         "generate_stream": "litegpu.runtime.generate", "LitertLmBundle": "litegpu.runtime.litertlm",
+         "bundled_model": "litegpu.models"}
 
 
 def __getattr__(name: str):
