@@ -17,8 +17,9 @@ model that may run in a millisecond.  So before timing, the planner asks what is
 4. **an earlier verdict on a model of the same ops** (same op types, options, tensor shapes and types; other
    weights: a fine-tuned or re-converted model), kept in the cache for any model of that structure.
 
-Only a model past all four is timed, and its verdict is kept as 1 and 4.  What is decided without timing is
-kept as 1 too, so that a second start asks nothing.
+Only a model past all four is timed, and its verdict is kept as 1 and 4; a verdict found as 4 is kept as 1.  The
+two rules (2 and 3) cost a start less than reading a kept verdict would save, and are not kept: processes starting
+together would each write the same entry.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from ..ir.macs import model_macs, ops_macs
 OBVIOUS_MAX_MACS = 300_000_000
 # The scope of a verdict that covers the whole model (its entry subgraphs).
 WHOLE = "whole model"
-# How ``known_whole_choice`` says that the verdict was this model's own, kept by an earlier start.
+# How ``known_whole_choice`` says where a verdict came from: this model's own, kept by an earlier start; or one
+# timed on a model of the same ops (kept as this model's own from then on).
 REMEMBERED = "remembered in the compile cache"
+SAME_OPS = "timed on a model of the same ops"
 
 
 def obvious_by_size(model: Model) -> bool:
@@ -60,7 +63,7 @@ def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, s
         return "litert", "the ops OpenVINO may run do no multiply-accumulates (integer arithmetic is kept off it)"
     by_structure = litert.cached_choice(model, structure_scope(model), openvino, any_model=True)
     if by_structure is not None:
-        return by_structure, "timed on a model of the same ops"
+        return by_structure, SAME_OPS
     return None
 
 
@@ -99,5 +102,5 @@ def structure_scope(model: Model) -> str:
     return f"{WHOLE} of structure {make_key({'subgraphs': parts})}"
 
 
-__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "WHOLE", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
+__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
            "structure_scope"]

@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, UnsupportedOpError
 from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
 from ..ir.macs import model_macs, ops_macs
-from .choices import REMEMBERED, WHOLE, known_whole_choice, remember_timed
+from .choices import SAME_OPS, WHOLE, known_whole_choice, remember_timed
 from .float_view import DATA_MOVEMENT_OPS
 from ..ops import Target, lookup
 
@@ -642,7 +642,7 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     known = known_whole_choice(model, litert, openvino) if litert is not None and openvino is not None else None
     if known is not None and known[0] == "litert" and litert.model_refusal(model) is None:
         logger.info("%s: the official interpreter runs it whole: %s", model.source, known[1])
-        return _litert_whole(model, flags, litert, openvino, remember=known[1] != REMEMBERED)
+        return _litert_whole(model, flags, litert, openvino, remember=known[1] == SAME_OPS)
 
     def takes_whole() -> bool:
         """Whether the official interpreter loads the model, asked where it matters (it loads the model to answer,
@@ -734,9 +734,9 @@ def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
 def _litert_whole(model: Model, flags: int, litert: object, openvino: object | None, remember: bool = True
                   ) -> DelegationPlan:
     """The whole model on the official interpreter, decided by timing or without it (XLA alone would run it
-    slower, or lacks an op): the verdict is kept in the compile cache either way (``remember``: unless it was
-    read from there), so that a warm start plans the model without loading OpenVINO and without asking which
-    ops XLA supports."""
+    slower, or lacks an op): the verdict is kept in the compile cache (``remember``: unless it was read from there
+    or a rule gave it, ``compile.choices``), so that a warm start plans the model without loading OpenVINO and
+    without asking which ops XLA supports."""
     if openvino is not None:
         openvino.forget(model)  # the partitions compiled to plan and time it
         if remember:
@@ -768,7 +768,7 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, open
     if targets != {Target.OPENVINO} or openvino is None:
         return False
     if known is not None:
-        if known[1] != REMEMBERED:  # a verdict on a model of the same ops: this model's own from now on
+        if known[1] == SAME_OPS:  # this model's own from now on
             litert.remember_choice(model, WHOLE, openvino, known[0])
         return known[0] == "litert"
     if model_macs(model) > LITERT_MEASURE_MAX_MACS:
