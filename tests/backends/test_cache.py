@@ -289,3 +289,15 @@ def test_a_writer_killed_mid_write_leaves_no_entry_anyone_reads(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
     cache.store(KEY, b"rebuilt")
     assert cache.load(KEY) == b"rebuilt"
+
+
+def test_old_lock_files_are_tidied_away(tmp_path):
+    cache = CompileCache(tmp_path)
+    with cache.building(KEY):
+        pass
+    (lock,) = (tmp_path / "locks").iterdir()
+    cache.evict()
+    assert lock.exists()  # recent: perhaps about to be taken again
+    os.utime(lock, (1, 1))
+    cache.evict()
+    assert not lock.exists()

@@ -301,16 +301,17 @@ class CompileCache:
         return found
 
     def _remove_stale_temp_files(self) -> None:
-        """Temp files of writers that died mid-write, and descriptions whose entry never came (a writer killed
-        between the two files), once they are ``STALE_TEMP_S`` old."""
+        """Temp files of writers that died mid-write, descriptions whose entry never came (a writer killed between
+        the two files), and lock files (an flock lives in the open file, not the name), once ``STALE_TEMP_S`` old."""
         now = time.time()
-        with contextlib.suppress(OSError), os.scandir(self.directory) as listing:
-            for item in listing:
-                orphan = item.name.endswith(".json") and not os.path.exists(item.path[:-5] + ".bin")
-                if orphan or (item.name.startswith(".") and item.name.endswith(".tmp")):
-                    with contextlib.suppress(OSError):
-                        if now - item.stat().st_mtime > STALE_TEMP_S:
-                            os.unlink(item.path)
+        for folder in (self.directory, self.directory / "locks"):
+            with contextlib.suppress(OSError), os.scandir(folder) as listing:
+                for item in listing:
+                    orphan = item.name.endswith(".json") and not os.path.exists(item.path[:-5] + ".bin")
+                    if orphan or item.name.endswith((".tmp", ".lock")):
+                        with contextlib.suppress(OSError):
+                            if now - item.stat().st_mtime > STALE_TEMP_S:
+                                os.unlink(item.path)
 
     def clear(self) -> int:
         removed = 0
