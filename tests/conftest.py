@@ -1,3 +1,4 @@
+import atexit
 import itertools
 import os
 import shutil
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # litegpu, so that module- and session-scoped fixtures use this folder too; each test then gets a folder of its own
 # (``_compile_cache_per_test``), created only if the test compiles something.
 _CACHE_ROOT = Path(tempfile.mkdtemp(prefix="litegpu-test-cache-"))
+atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)  # however the session ends
 os.environ["LITEGPU_CACHE_DIR"] = str(_CACHE_ROOT / "session")
 _TEST_NUMBER = itertools.count()
 
@@ -22,9 +24,6 @@ _TEST_NUMBER = itertools.count()
 def _compile_cache_per_test(monkeypatch):
     monkeypatch.setenv("LITEGPU_CACHE_DIR", str(_CACHE_ROOT / f"test-{next(_TEST_NUMBER)}"))
 
-
-def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 
 # Real models and their reference outputs live beside the checkout (../shared/models).
 SHARED_MODELS = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[2] / "shared" / "models"))
