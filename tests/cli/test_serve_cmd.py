@@ -1,0 +1,74 @@
+"""`litegpu serve` as a process: ready once loaded, answers, drains and exits 0 on SIGTERM; bad arguments are one
+line and exit code 2."""
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "two_signatures_float32.tflite"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def test_serve_answers_then_drains_on_sigterm():
+    if not MODEL.is_file():
+        pytest.skip(f"{MODEL} not found")
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "litegpu.cli.main", "serve", f"codec={MODEL}", "--port",
+                                str(port), "--accelerator", "cpu", "--batching", "off"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while _get(url + "/v2/health/ready") != 200:
+            assert process.poll() is None, process.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "not ready after 180 s"
+            time.sleep(0.2)
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [1.0] * 64}]})
+        request = urllib.request.Request(url + "/v2/models/codec/encode/infer", data=body.encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.load(response)["outputs"][0]["shape"] == [1, 32]
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, stderr[-2000:]
+        assert "ready: codec (tensor)" in stderr and "draining" in stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["missing.tflite"], "missing.tflite: no such file or folder"),
+    ([str(MODEL), "--batching", "sometimes"], "invalid choice"),
+    ([str(MODEL), "--api-key", ""], "is empty"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(arguments, message):
+    done = subprocess.run([sys.executable, "-m", "litegpu.cli.main", "serve", *arguments], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
