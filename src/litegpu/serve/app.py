@@ -57,7 +57,8 @@ class Service:
         self.failed: str | None = None
         self.inflight = 0
         self.started = int(time.time())
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loader: threading.Thread | None = None
+        self._stopped = False
 
     # ---- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -88,8 +89,6 @@ class Service:
                      time.perf_counter() - started)
 
     def load_in_background(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
         def work() -> None:
             try:
                 self.load()
@@ -99,9 +98,12 @@ class Service:
                 return
             loop.call_soon_threadsafe(self._start)
 
-        threading.Thread(target=work, name="litegpu-load", daemon=True).start()
+        self._loader = threading.Thread(target=work, name="litegpu-load", daemon=True)
+        self._loader.start()
 
     def _start(self) -> None:
+        if self.draining or self._stopped:
+            return
         for model in self.models.values():
             if model.kind == "tensor":
                 model.start()
@@ -110,8 +112,12 @@ class Service:
         log.info("ready: %s", ", ".join(f"{n} ({m.kind})" for n, m in self.models.items()))
 
     async def stop(self) -> None:
+        self._stopped = True
         self.ready = False
         self.metrics.ready.set(0)
+        if self._loader is not None:
+            # stopped while loading: a thread killed inside XLA's compiler at exit would abort the process
+            await asyncio.to_thread(self._loader.join)
         for model in self.models.values():
             if model.kind == "tensor":
                 await model.close()

@@ -136,6 +136,9 @@ class DynamicBatcher:
 
     async def close(self) -> None:
         self._closed.set()
+        if self._measuring is not None:
+            # a thread stopped inside XLA's compiler at exit aborts the process: let it finish its compile
+            await asyncio.to_thread(self._measuring.join)
         if self._task is not None:
             self._task.cancel()
             try:
