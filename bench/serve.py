@@ -4,8 +4,8 @@ LLM total tokens/s and time to first token.
 
     python bench/serve.py [--clients 1,8,32,64] [--requests 400] [--llm tests/heldout/litert_torch/smollm_tiny.litertlm]
 
-Each server is a `litegpu serve` process on 127.0.0.1 (the clients, aiohttp, run in this process: httpx's async
-client tops out near 50 requests/s at 64 clients here).  Prints a Markdown table; `--json OUT` writes the figures.
+Each server is a `litegpu serve` process on 127.0.0.1; the clients (aiohttp: httpx's async client tops out near 50
+requests/s at 64 clients here) run in this process and send tensors as binary data, as Triton's perf_analyzer does.  Prints a Markdown table; `--json OUT` writes the figures.
 """
 
 from __future__ import annotations
@@ -60,18 +60,21 @@ def stop_server(process: subprocess.Popen) -> None:
         process.kill()
 
 
-def _infer_body(path: Path, signature: str | None) -> str:
+def _infer_body(path: Path, signature: str | None) -> tuple[bytes, dict[str, str]]:
+    """A request in the binary tensor data extension (as Triton's perf_analyzer sends them), outputs binary."""
     import litegpu
 
     model = litegpu.CompiledModel.from_file(str(path), hardware_accel=litegpu.HardwareAccelerator.CPU)
     details = model.get_input_tensor_details(signature or 0)
     rng = np.random.default_rng(0)
-    return json.dumps({"inputs": [{"name": n, "shape": d["shape"], "datatype": "FP32",
-                                   "data": rng.uniform(-1, 1, d["shape"]).astype(np.float32).ravel().tolist()}
-                                  for n, d in details.items()]})
+    arrays = {n: rng.uniform(-1, 1, d["shape"]).astype(np.float32) for n, d in details.items()}
+    head = json.dumps({"inputs": [{"name": n, "shape": list(a.shape), "datatype": "FP32",
+                                   "parameters": {"binary_data_size": a.nbytes}} for n, a in arrays.items()],
+                       "parameters": {"binary_data_output": True}}).encode()
+    return head + b"".join(a.tobytes() for a in arrays.values()), {"Inference-Header-Content-Length": str(len(head))}
 
 
-async def _load(url: str, body: str, clients: int, requests: int) -> dict[str, float]:
+async def _load(url: str, request: tuple[bytes, dict[str, str]], clients: int, requests: int) -> dict[str, float]:
     import aiohttp
 
     latencies: list[float] = []
@@ -81,7 +84,7 @@ async def _load(url: str, body: str, clients: int, requests: int) -> dict[str, f
         while left[0] > 0:
             left[0] -= 1
             started = time.perf_counter()
-            async with http.post(url, data=body) as response:
+            async with http.post(url, data=request[0], headers=request[1]) as response:
                 await response.read()
                 assert response.status == 200, await response.text()
             latencies.append(time.perf_counter() - started)

@@ -3,15 +3,13 @@ line and exit code 2."""
 
 import json
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from serving import start_serve
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -19,36 +17,11 @@ pytest.importorskip("uvicorn")
 MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "two_signatures_float32.tflite"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None
-
-
 def test_serve_answers_then_drains_on_sigterm():
     if not MODEL.is_file():
         pytest.skip(f"{MODEL} not found")
-    port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "litegpu.cli.main", "serve", f"codec={MODEL}", "--port",
-                                str(port), "--accelerator", "cpu", "--batching", "off"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process, url = start_serve(f"codec={MODEL}", "--accelerator", "cpu", "--batching", "off")
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while _get(url + "/v2/health/ready") != 200:
-            assert process.poll() is None, process.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "not ready after 180 s"
-            time.sleep(0.2)
         body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [1.0] * 64}]})
         request = urllib.request.Request(url + "/v2/models/codec/encode/infer", data=body.encode(), method="POST")
         with urllib.request.urlopen(request, timeout=30) as response:

@@ -7,17 +7,15 @@ import asyncio
 import json
 import random
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import shared_model
+from serving import start_serve
 
 pytestmark = pytest.mark.slow
 aiohttp = pytest.importorskip("aiohttp")  # httpx's async client, not the server, limits 64 clients to ~50/s here
@@ -91,23 +89,8 @@ def test_ten_thousand_requests_with_malformed_ones_mixed_in():
     direct = litegpu.CompiledModel.from_file(str(path), hardware_accel=litegpu.HardwareAccelerator.CPU)
     expected = [direct.run({"x": x}, "encode")["code"].ravel() for x in xs]
     examples = [_body(x) for x in xs]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "litegpu.cli.main", "serve", f"codec={path}", "--port",
-                               str(port), "--accelerator", "cpu", "--max-body-mb", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server, url = start_serve(f"codec={path}", "--accelerator", "cpu", "--max-body-mb", "1")
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/v2/health/ready", timeout=5):
-                    break
-            except OSError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
         pick = random.Random(1)
         warm = asyncio.run(_run(url, WARM_UP, examples, expected, pick))
         rss_warm = _rss_bytes(server.pid)

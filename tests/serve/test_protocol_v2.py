@@ -10,7 +10,6 @@ import pytest
 from litegpu.errors import RequestError, UnknownModelError
 from litegpu.serve.protocol_v2 import split_model_path
 
-from conftest import shared_model
 
 triton = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -140,3 +139,14 @@ def test_model_paths():
         split_model_path("m/versions/2")
     with pytest.raises(RequestError):
         split_model_path("a/b/c")
+
+
+def test_outputs_orjson_cannot_write_as_numbers_go_through_json():
+    from litegpu.serve.protocol_v2 import InferRequest, encode_response
+
+    request = InferRequest.model_validate({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [0]}]})
+    finite, _ = encode_response("m", request, {"y": np.array([0.1, 2.5], np.float32)})
+    assert json.loads(finite)["outputs"][0]["data"] == [0.1, 2.5]  # float32's shortest form, exact when read back
+    special, _ = encode_response("m", request, {"y": np.array([np.nan, np.inf, 1.0], np.float32)})
+    data = json.loads(special)["outputs"][0]["data"]
+    assert np.isnan(data[0]) and data[1:] == [np.inf, 1.0]

@@ -1,7 +1,6 @@
 """The same application as Ray Serve replicas on a local Ray cluster (slow: Ray starts its processes)."""
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -12,18 +11,9 @@ import pytest
 from litegpu.serve import ServeConfig, model_specs
 
 from conftest import shared_model
+from serving import free_port, http_status
 
 pytestmark = pytest.mark.slow
-
-
-def _get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None
 
 
 def test_two_replicas_on_a_local_ray_cluster_answer_as_a_direct_call():
@@ -34,9 +24,7 @@ def test_two_replicas_on_a_local_ray_cluster_answer_as_a_direct_call():
     import litegpu
     from litegpu.serve.ray_deployment import start
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     path = shared_model("two_signatures_float32")
     config = ServeConfig(model_specs([f"codec={path}"]), accelerator="cpu", port=port, batching="off",
                          api_key="sekret")
@@ -44,7 +32,7 @@ def test_two_replicas_on_a_local_ray_cluster_answer_as_a_direct_call():
         start(config, "local", replicas=2)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300
-        while _get(url + "/v2/health/live") != 401:  # the proxy answers, the replicas guard
+        while http_status(url + "/v2/health/live") != 401:  # the proxy answers, the replicas guard
             assert time.monotonic() < deadline
             time.sleep(0.5)
         x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)

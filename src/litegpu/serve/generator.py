@@ -189,7 +189,9 @@ class SerialGenerator:
                 self._active = None
 
     def stats(self) -> dict[str, int]:
-        return {"active": int(self._active is not None), "waiting": self._queue.qsize(),
+        waiting = sum(1 for h in list(self._queue.queue) if h is not None and not h.cancelled)
+        active = self._active
+        return {"active": int(active is not None and not active.cancelled), "waiting": waiting,
                 "tokens_generated": self._tokens_generated, "max_sequences": self.max_sequences}
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 import numpy as np
+import orjson  # 6x json's speed reading tensors, 100x writing them (numpy arrays written directly)
 from fastapi import Request, Response  # at module level: FastAPI resolves the routes' annotations here
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -82,8 +83,8 @@ def parse_request(body: bytes, header_length: str | None) -> tuple[InferRequest,
     else:
         head, binary = view, view[len(body):]
     try:
-        document = json.loads(bytes(head))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        document = orjson.loads(head)
+    except orjson.JSONDecodeError as e:
         raise RequestError(f"the request is not valid JSON: {e}") from None
     try:
         return InferRequest.model_validate(document), binary
@@ -173,16 +174,28 @@ def encode_response(model_name: str, request: InferRequest, produced: dict[str, 
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
-            entry["data"] = array.reshape(-1).tolist() if array.dtype.name != "bfloat16" else \
-                array.astype(np.float32).reshape(-1).tolist()
+            entry["data"] = np.ascontiguousarray(array.reshape(-1))
         outputs.append(entry)
     document: dict[str, Any] = {"model_name": model_name, "model_version": VERSION, "outputs": outputs}
     if request.id is not None:
         document["id"] = request.id
-    head = json.dumps(document, separators=(",", ":")).encode()
+    head = _dumps(document)
     if not blobs:
         return head, {"content-type": "application/json"}
     return b"".join([head, *blobs]), {"content-type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+def _dumps(document: dict[str, Any]) -> bytes:
+    """orjson with the arrays written directly; json (lists) for what orjson cannot write as numbers: NaN and
+    infinities (orjson would write null), bfloat16."""
+    arrays = [o["data"] for o in document["outputs"] if "data" in o]
+    if all(a.dtype.name != "bfloat16" and (a.dtype.kind != "f" or np.isfinite(a).all()) for a in arrays):
+        return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    for o in document["outputs"]:
+        if "data" in o:
+            o["data"] = o["data"].astype(np.float32).tolist() if o["data"].dtype.name == "bfloat16" \
+                else o["data"].tolist()
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def add_routes(app: Any, service: Any) -> None:
