@@ -35,6 +35,8 @@ log = logging.getLogger("litegpu.serve")
 
 # batched must beat that many direct calls by this factor: a tie goes to the direct engine
 _MARGIN = 1.1
+# a direct call faster than this runs in the event loop: handing it to the model's thread and back costs more
+_INLINE_S = 100e-6
 
 
 def padded_size(count: int) -> int:
@@ -94,6 +96,7 @@ class DynamicBatcher:
         self._task: asyncio.Task | None = None
         self._measuring: threading.Thread | None = None
         self._closed = threading.Event()
+        self.inline = False
 
     def _initial_policy(self, mode: str) -> BatchingPolicy:
         policy = BatchingPolicy(mode, self.max_batch)
@@ -125,7 +128,7 @@ class DynamicBatcher:
         from ..runtime.batched import BatchingError
 
         example = self._example_inputs()
-        self.model.run(example, self.signature_key)
+        self.inline = _best_time(lambda: self.model.run(example, self.signature_key), calls=5) < _INLINE_S
         try:
             for size in sorted(self.policy.batched_sizes):
                 self._run_batched([example] * size)
@@ -155,6 +158,11 @@ class DynamicBatcher:
     async def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The outputs of one request (inputs already checked: names, dtypes, shapes)."""
         assert self._queue is not None, "DynamicBatcher.start() was not called"
+        if self.inline and not self.policy.batched_sizes:
+            started = time.perf_counter()
+            outputs = self.model.run(dict(inputs), self.signature_key)
+            self._observe(1, started)
+            return outputs
         batchable = all(inputs[n].shape == self.input_shapes[n] for n in self.input_names)
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Request(dict(inputs), future, time.perf_counter(), batchable))
