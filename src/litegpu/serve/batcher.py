@@ -161,6 +161,8 @@ class DynamicBatcher:
         if self.inline and not self.policy.batched_sizes:
             started = time.perf_counter()
             outputs = self.model.run(dict(inputs), self.signature_key)
+            if self.metrics is not None:
+                self.metrics.queue_time.labels(self.name).observe(0.0)  # it waited for nothing
             self._observe(1, started)
             return outputs
         batchable = all(inputs[n].shape == self.input_shapes[n] for n in self.input_names)
