@@ -1,6 +1,6 @@
 """`litegpu serve` under load: requests/s and p50 / p99 latency at 1, 8, 32 and 64 concurrent clients for two tensor
-models with batching off, on and auto (three servers, measured in turn at each level, same inputs), and for an
-LLM total tokens/s and time to first token.
+models with batching off, on and auto (three servers, measured in turn at each level in a rotated order, three
+rounds, the median reported; same inputs), and for an LLM total tokens/s and time to first token.
 
     python bench/serve.py [--clients 1,8,32,64] [--requests 400] [--llm tests/heldout/litert_torch/smollm_tiny.litertlm]
 
@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -98,10 +99,13 @@ async def _load(url: str, request: tuple[bytes, dict[str, str]], clients: int, r
             "p99_ms": float(np.percentile(ms, 99))}
 
 
-def tensor_models(levels: list[int], requests: int) -> dict:
+def tensor_models(levels: list[int], requests: int, rounds: int) -> dict:
     specs = [f"{name.split('/')[0]}={path}" for name, path in MODELS.items()]
-    servers = {mode: start_server(specs, "--batching", mode, "--max-batch", "32", "--max-delay-ms", "2")
-               for mode in ("off", "on", "auto")}
+    # one compile cache: the servers share the first one's engine and thread choices (timed at its start), so
+    # that they differ in batching alone
+    cache = tempfile.mkdtemp(prefix="litegpu-bench-serve-")
+    servers = {mode: start_server(specs, "--batching", mode, "--max-batch", "32", "--max-delay-ms", "2",
+                                  "--cache-dir", cache) for mode in ("off", "on", "auto")}
     results: dict = {"verdicts": {}}
     try:
         # let auto finish measuring before it is timed (it serves directly meanwhile)
@@ -114,13 +118,19 @@ def tensor_models(levels: list[int], requests: int) -> dict:
                     results["verdicts"][name] = batching
                     break
                 time.sleep(1)
+        modes = list(servers)
         for name, path in MODELS.items():
             body = _infer_body(path, name.split("/")[1] if "/" in name else None)
             for clients in levels:
                 count = max(requests, 8 * clients)
-                for mode, (_, url) in servers.items():  # in turn, at the same level, the same body
-                    asyncio.run(_load(f"{url}/v2/models/{name}/infer", body, clients, clients * 2))  # warm
-                    figures = asyncio.run(_load(f"{url}/v2/models/{name}/infer", body, clients, count))
+                runs: dict[str, list] = {mode: [] for mode in modes}
+                for r in range(rounds):  # the modes in turn, in a rotated order each round, the same body
+                    for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                        url = f"{servers[mode][1]}/v2/models/{name}/infer"
+                        asyncio.run(_load(url, body, clients, clients * 2))  # warm the connections
+                        runs[mode].append(asyncio.run(_load(url, body, clients, count)))
+                for mode in modes:  # the median round of each figure
+                    figures = {k: float(np.median([run[k] for run in runs[mode]])) for k in runs[mode][0]}
                     results.setdefault(name, {}).setdefault(str(clients), {})[mode] = figures
                     print(f"{name} {clients:>2} clients batching {mode:>4}: {figures['rps']:8.1f} req/s  p50 "
                           f"{figures['p50_ms']:7.2f} ms  p99 {figures['p99_ms']:7.2f} ms", flush=True)
@@ -182,13 +192,14 @@ def llm(bundle: Path, levels: list[int], max_tokens: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="1,8,32,64")
-    parser.add_argument("--requests", type=int, default=400, help="requests per level and mode (at least 8 per client)")
+    parser.add_argument("--requests", type=int, default=300, help="requests per level and mode (at least 8 per client)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per level (median reported); the machine is shared")
     parser.add_argument("--llm", type=Path, default=ROOT / "tests" / "heldout" / "litert_torch" / "smollm_tiny.litertlm")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
-    results = {"tensor": tensor_models(levels, args.requests), "llm": llm(args.llm, levels, args.max_tokens)}
+    results = {"tensor": tensor_models(levels, args.requests, args.rounds), "llm": llm(args.llm, levels, args.max_tokens)}
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

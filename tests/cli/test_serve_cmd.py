@@ -17,10 +17,11 @@ pytest.importorskip("uvicorn")
 MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "two_signatures_float32.tflite"
 
 
-def test_serve_answers_then_drains_on_sigterm():
+def test_serve_answers_then_drains_on_sigterm(tmp_path):
     if not MODEL.is_file():
         pytest.skip(f"{MODEL} not found")
-    process, url = start_serve(f"codec={MODEL}", "--accelerator", "cpu", "--batching", "off")
+    process, url = start_serve(f"codec={MODEL}", "--accelerator", "cpu", "--batching", "off", "--cache-dir",
+                               str(tmp_path / "cache"))
     try:
         body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [1.0] * 64}]})
         request = urllib.request.Request(url + "/v2/models/codec/encode/infer", data=body.encode(), method="POST")
@@ -30,6 +31,7 @@ def test_serve_answers_then_drains_on_sigterm():
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 0, stderr[-2000:]
         assert "ready: codec (tensor)" in stderr and "draining" in stderr
+        assert any((tmp_path / "cache").iterdir())  # what it compiled is kept for the next start
     finally:
         if process.poll() is None:
             process.kill()

@@ -22,7 +22,7 @@ def _config(args: Any) -> Any:
     return ServeConfig(model_specs(args.models, args.tokenizer or []), host=args.host, port=args.port,
                        accelerator=args.accelerator, api_key=api_key_from(args.api_key), max_batch=args.max_batch,
                        max_delay_ms=args.max_delay_ms, batching=args.batching, max_sequences=args.max_sequences,
-                       grace_s=args.grace_s, limits=limits)
+                       grace_s=args.grace_s, cache_dir=args.cache_dir, limits=limits)
 
 
 def _check_installed() -> None:
@@ -85,6 +85,9 @@ def add_parser(sub: Any) -> None:
                    help="most new tokens one completion may ask for (default 4096)")
     p.add_argument("--grace-s", type=float, default=30.0,
                    help="on SIGTERM, how long requests in flight may take to finish (default 30)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="compile cache: compiled programs and engine choices kept for the next start (shared by "
+                        "servers and Ray replicas on one machine)")
     p.add_argument("--ray", default=None, metavar="ADDRESS|local",
                    help="deploy as Ray Serve replicas on this Ray cluster (local: start one here)")
     p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas (default 1)")

@@ -64,21 +64,22 @@ class Service:
     def load(self) -> None:
         """Load, compile and warm up every model (a thread of its own: the server is live meanwhile)."""
         from ..runtime.compiled_model import CompiledModel
+        from ..runtime.options import Options
         from .language_model import LanguageModel
         from .tensor_model import TensorModel
 
         config = self.config
-        flags = hardware_accel(config.accelerator)
+        options = Options(hardware_accel(config.accelerator), serialization_dir=config.cache_dir)
         for spec in config.models:
             started = time.perf_counter()
             if spec.is_bundle:
                 model: Any = LanguageModel.from_bundle(spec.name, spec.path, max_sequences=config.max_sequences,
-                                                       hardware_accel=flags)
+                                                       options=options)
             elif spec.tokenizer is not None:
                 model = LanguageModel.from_export(spec.name, spec.path, spec.tokenizer,
-                                                  max_sequences=config.max_sequences, hardware_accel=flags)
+                                                  max_sequences=config.max_sequences, options=options)
             else:
-                model = TensorModel(spec.name, CompiledModel.from_file(str(spec.path), hardware_accel=flags),
+                model = TensorModel(spec.name, CompiledModel.from_file(str(spec.path), options=options),
                                     mode=config.batching, max_batch=config.max_batch,
                                     max_delay_s=config.max_delay_ms / 1e3, metrics=self.metrics)
             self.models[spec.name] = model
@@ -256,8 +257,9 @@ async def _no_body() -> dict:
     return {"type": "http.disconnect"}
 
 
-def create_app(service: Service, *, load: bool = True) -> Any:
-    """The ASGI application; with ``load``, its lifespan loads the models in the background at start-up."""
+def create_app(service: Service) -> Any:
+    """The ASGI application; its lifespan loads the models in the background at start-up and closes them at the
+    end."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
@@ -268,10 +270,7 @@ def create_app(service: Service, *, load: bool = True) -> Any:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> Any:
-        if load:
-            service.load_in_background(asyncio.get_running_loop())
-        else:
-            service._start()
+        service.load_in_background(asyncio.get_running_loop())
         yield
         await service.stop()
 

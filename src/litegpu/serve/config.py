@@ -63,6 +63,8 @@ class ServeConfig:
     batching: str = "auto"               # "auto": measured on the CPU, always on a GPU; "on"; "off"
     max_sequences: int = 32               # LLM sequences decoded together
     grace_s: float = 30.0                 # how long a shutdown waits for requests in flight
+    cache_dir: str | None = None          # the compile cache (Options.serialization_dir): faster restarts, and
+                                          # replicas share compiled programs and engine verdicts
     limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
