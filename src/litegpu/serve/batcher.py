@@ -7,7 +7,7 @@ back, with the shapes a direct call gives.  While a batch runs, the next one gat
 
 Whether a batch runs batched or as one direct call per request (the model's fastest engine: XNNPACK, OpenVINO)
 is decided per model (``BatchingPolicy``): always on a GPU, never when asked (``off``), and on the CPU by
-measurement (``auto``): each padded size is timed against that many direct calls, in the background after the
+measurement (``auto``): each padded size is timed against that many direct calls, in a child process once the
 model is ready (until then, and for sizes where it loses, requests run one by one).  On a 2-core CPU the
 direct engines win for every convolution network measured; batching pays where a call costs more than the
 examples it computes (see BENCHMARKS.md, "litegpu serve").
@@ -19,7 +19,10 @@ integers exactly); with batching off, each answer is the direct call's, bit for 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -37,6 +40,7 @@ log = logging.getLogger("litegpu.serve")
 _MARGIN = 1.1
 # a direct call faster than this runs in the event loop: handing it to the model's thread and back costs more
 _INLINE_S = 100e-6
+_MEASURE_TIMEOUT_S = 1800
 
 
 def padded_size(count: int) -> int:
@@ -82,7 +86,7 @@ class DynamicBatcher:
     """Runs one signature of a model for concurrent requests, gathering them into batched calls."""
 
     def __init__(self, model: Any, signature_key: str, *, name: str, mode: str, max_batch: int, max_delay_s: float,
-                 executor: ThreadPoolExecutor, metrics: Any = None):
+                 executor: ThreadPoolExecutor | None, metrics: Any = None):
         self.model, self.signature_key, self.name = model, signature_key, name
         self.max_batch, self.max_delay_s = max_batch, max_delay_s
         self.executor, self.metrics = executor, metrics
@@ -95,6 +99,7 @@ class DynamicBatcher:
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
         self._measuring: threading.Thread | None = None
+        self._child: subprocess.Popen | None = None
         self._closed = threading.Event()
         self.inline = False
 
@@ -139,8 +144,9 @@ class DynamicBatcher:
 
     async def close(self) -> None:
         self._closed.set()
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()  # a measurement the server will not use
         if self._measuring is not None:
-            # a thread stopped inside XLA's compiler at exit aborts the process: let it finish its compile
             await asyncio.to_thread(self._measuring.join)
         if self._task is not None:
             self._task.cancel()
@@ -247,31 +253,50 @@ class DynamicBatcher:
         details = self.model.get_input_tensor_details(self.signature_key)
         return {n: np.zeros(d["shape"], d["dtype"]) for n, d in details.items()}
 
+    def timings(self) -> dict[str, Any]:
+        """Each padded size batched against as many direct calls, largest first, up to the first size where
+        batching loses (smaller ones would lose too: a call's fixed cost is shared by fewer): ``{"direct_s": ...,
+        "batched_s": {size: ...}}``.  Run in a process of its own (``measure``): once XLA's CPU runtime has run in
+        a process, the direct engines there (XNNPACK, OpenVINO) ran 2-6x slower on the development machine."""
+        example = self._example_inputs()
+        direct = _best_time(lambda: self.model.run(example, self.signature_key), calls=10)
+        batched: dict[int, float] = {}
+        for size in reversed(self.policy.sizes()):
+            examples = [example] * size
+            self._run_batched(examples)  # compiles
+            batched[size] = _best_time(lambda: self._run_batched(examples), calls=3)
+            if batched[size] * _MARGIN >= size * direct:
+                break
+        return {"direct_s": direct, "batched_s": batched}
+
     def _measure(self) -> None:
-        """``auto``: time each padded size batched against as many direct calls, largest first; stop at the first
-        size where batching loses (smaller ones would lose too: a call's fixed cost is shared by fewer)."""
+        """``auto``: ``timings()`` in a child process (``python -m litegpu.serve.measure``), then batch the sizes
+        that won by the margin."""
         policy = self.policy
+        command = [sys.executable, "-m", "litegpu.serve.measure", str(self.model.model.source), self.signature_key,
+                   str(self.max_batch)]
+        cache = self.model.options.serialization_dir
+        if cache:
+            command += ["--cache-dir", cache]
         try:
-            example = self._example_inputs()
-            policy.direct_s = _best_time(lambda: self.model.run(example, self.signature_key), calls=10)
-            won = set()
-            for size in reversed(policy.sizes()):
-                if self._closed.is_set():
-                    return
-                examples = [example] * size
-                self._run_batched(examples)  # compiles
-                policy.batched_s[size] = _best_time(lambda: self._run_batched(examples), calls=3)
-                if policy.batched_s[size] * _MARGIN >= size * policy.direct_s:
-                    break
-                won.add(size)
+            self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = self._child.communicate(timeout=_MEASURE_TIMEOUT_S)
+            if self._closed.is_set():
+                return
+            if self._child.returncode != 0:
+                raise LiteGpuError(err.strip().splitlines()[-1] if err.strip() else f"exit {self._child.returncode}")
+            measured = json.loads(out.strip().splitlines()[-1])
+            policy.direct_s = measured["direct_s"]
+            policy.batched_s = {int(k): v for k, v in measured["batched_s"].items()}
+            won = {n for n, t in policy.batched_s.items() if t * _MARGIN < n * policy.direct_s}
             policy.batched_sizes = won
             policy.reason = (f"measured: batched calls of {sorted(won)} beat one direct call each"
                              if won else "measured: one direct call each is as fast or faster than batched calls")
-            if not won:
-                self._batched = None  # its programs are not needed
         except Exception as e:  # noqa: BLE001 - batching stays off, the model keeps serving directly
+            if self._child is not None and self._child.poll() is None:
+                self._child.kill()
             policy.batched_sizes = set()
-            policy.reason = f"batching failed while measuring it: {type(e).__name__}: {e}"
+            policy.reason = f"batching could not be measured: {type(e).__name__}: {e}"
         log.info("%s: %s", self.name, policy.reason)
 
 

@@ -64,7 +64,10 @@ class SerialHandle:
     def _wake(self) -> None:
         self._lock.notify_all()
         for loop, event in self._wakers:
-            loop.call_soon_threadsafe(event.set)
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # its loop closed (the server stopped): nobody is waiting there any more
+                pass
 
     # ---- the consumer's side ---------------------------------------------------------------
     def cancel(self) -> None:
