@@ -1,5 +1,6 @@
-"""Helpers for tests that start `litegpu serve` as a process or on Ray: a free loopback port, a status code, waiting
-until the server is ready."""
+"""Helpers for the tests of `litegpu serve` (tests/serve, tests/cli): the models they serve, small servers in this
+process, a free loopback port, a status code, `litegpu serve` as a process once ready.  (Not in a conftest.py:
+`from conftest import ...` finds whichever conftest another folder of the session imported first.)"""
 
 import socket
 import subprocess
@@ -7,6 +8,29 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
+
+import pytest
+
+BUNDLE = Path(__file__).resolve().parent / "heldout" / "litert_torch" / "smollm_tiny.litertlm"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+
+
+def shared_model(name: str) -> Path:
+    path = SHARED / f"{name}.tflite"
+    if not path.is_file():
+        pytest.skip(f"shared model {path} not found")
+    return path
+
+
+def small_server(**settings):
+    """A server of two_signatures_float32 alone, in this process, with ``settings`` (ServeConfig's, ``limits`` as
+    a dict); batching off unless told."""
+    from litegpu.serve import Limits, ServeConfig, ServerThread, model_specs
+
+    limits = Limits(**settings.pop("limits", {}))
+    return ServerThread(ServeConfig(model_specs([str(shared_model("two_signatures_float32"))]), accelerator="cpu",
+                                    limits=limits, **{"batching": "off", **settings}))
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from litegpu.errors import ServiceUnavailableError, UnknownModelError
 from litegpu.serve import ServeConfig, Service, model_specs
 from litegpu.serve.app import hardware_accel
 
-from conftest import shared_model, small_server
+from serving import shared_model, small_server
 
 ENCODE = "/v2/models/two_signatures_float32/encode/infer"
 REQUEST = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0.25] * 64}]}).encode()

@@ -10,7 +10,7 @@ import litegpu
 from litegpu.errors import ClosedError, InvalidArgumentError
 from litegpu.serve.generator import make_generator
 
-from conftest import BUNDLE
+from serving import BUNDLE
 
 pytest.importorskip("sentencepiece")
 pytest.importorskip("litert_lm_builder")

@@ -7,7 +7,7 @@ from litegpu.errors import RequestError
 from litegpu.serve.config import Limits
 from litegpu.serve.language_model import Affixes, ChatTemplate, TextStream
 
-from conftest import BUNDLE
+from serving import BUNDLE
 
 pytest.importorskip("sentencepiece")
 pytest.importorskip("litert_lm_builder")

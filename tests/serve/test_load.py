@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_model
-from serving import start_serve
+from serving import shared_model, start_serve
 
 pytestmark = pytest.mark.slow
 aiohttp = pytest.importorskip("aiohttp")  # httpx's async client, not the server, limits 64 clients to ~50/s here

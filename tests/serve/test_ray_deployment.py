@@ -10,8 +10,7 @@ import pytest
 
 from litegpu.serve import ServeConfig, model_specs
 
-from conftest import shared_model
-from serving import free_port, http_status
+from serving import free_port, http_status, shared_model
 
 pytestmark = pytest.mark.slow
 
