@@ -2,6 +2,7 @@
 process, a free loopback port, a status code, `litegpu serve` as a process once ready.  (Not in a conftest.py:
 `from conftest import ...` finds whichever conftest another folder of the session imported first.)"""
 
+import os
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 BUNDLE = Path(__file__).resolve().parent / "heldout" / "litert_torch" / "smollm_tiny.litertlm"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+SHARED = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1].parent / "shared" / "models"))
 
 
 def shared_model(name: str) -> Path:

@@ -6,15 +6,14 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
-from serving import start_serve
+from serving import SHARED, start_serve
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "two_signatures_float32.tflite"
+MODEL = SHARED / "two_signatures_float32.tflite"
 
 
 def test_serve_answers_then_drains_on_sigterm(tmp_path):
