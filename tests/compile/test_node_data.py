@@ -1,0 +1,213 @@
+"""Model Explorer node data (litegpu.compile.node_data), checked against Model Explorer itself: its own data classes
+(``model_explorer.node_data_builder``) and the graph its TFLite adapter builds from the same file."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from litegpu.compile import CPU, GPU, plan
+from litegpu.compile.float_view import float_view
+from litegpu.compile.node_data import DISTANCE_THRESHOLDS, NodeData, graph_ids, time_node_data, values_node_data
+from litegpu.compile.rewrites import rewrite_for_xla
+from litegpu.errors import InvalidArgumentError
+from litegpu.ir import entry_subgraphs, read_model
+from litegpu.ir.builder import ModelBuilder
+from litegpu.ir.save import write_model
+
+HELDOUT = Path(__file__).resolve().parents[1] / "heldout" / "models"
+# a WHILE body rewritten for XLA (ops renumbered), ops without outputs (ASSIGN_VARIABLE), two signatures,
+# a quantized model (its float view renumbers ops)
+HELDOUT_MODELS = ("gru_float32", "streaming_float32", "two_signatures_float32", "while_loop_float32",
+                  "mobilenet_v2_035_96_int8")
+
+
+def model_explorer_module(name: str):
+    """A module of Model Explorer (``litegpu[explore]``), imported without PyTorch where no test has imported it
+    yet: its package imports PyTorch for a PyTorch adapter when it can (8 of the 10 s it takes), and reads it as
+    absent otherwise."""
+    hide_torch = "model_explorer" not in sys.modules and "torch" not in sys.modules
+    if hide_torch:
+        sys.modules["torch"] = None  # type: ignore[assignment]  (an import of it raises ImportError)
+    try:
+        return pytest.importorskip(name, reason="Model Explorer is not installed (litegpu[explore])")
+    finally:
+        if hide_torch:
+            del sys.modules["torch"]
+
+
+file_model = functools.lru_cache(maxsize=None)(read_model)
+
+
+@functools.lru_cache(maxsize=None)
+def adapter_graphs(path: Path) -> dict[int, dict]:
+    """Subgraph index -> the graph Model Explorer's TFLite adapter builds (the one it uses for .tflite files)."""
+    adapter = model_explorer_module("model_explorer.builtin_tflite_flatbuffer_adapter")
+    collections = adapter.BuiltinTfliteFlatbufferAdapter().convert(str(path), {})["graphCollections"]
+    return {g["subgraphIndex"]: g for c in collections for g in c.graphs}
+
+
+def output_tensors(node: dict) -> set[int]:
+    return {int(a["value"]) for m in node.get("outputsMetadata", []) for a in m["attrs"] if a["key"] == "tensor_index"}
+
+
+def as_model_explorer_data(graph_data: dict):
+    """``graph_data`` parsed strictly (no unknown field, every type as annotated) into Model Explorer's own
+    GraphNodeData.  String values (an engine, a reason) stand as numbers for the parse: the web app takes any value
+    (``NodeDataProviderResultData.value: any``), the Python data class annotates numbers only."""
+    dacite = pytest.importorskip("dacite")
+    GraphNodeData = model_explorer_module("model_explorer.node_data_builder").GraphNodeData
+
+    assert all(isinstance(r["value"], (int, float, str)) for r in graph_data["results"].values())
+    numeric = {**graph_data, "results": {k: {**r, "value": 0 if isinstance(r["value"], str) else r["value"]}
+                                         for k, r in graph_data["results"].items()}}
+    return dacite.from_dict(GraphNodeData, numeric, config=dacite.Config(strict=True))
+
+
+def check_against_model_explorer(data: NodeData, path: Path) -> int:
+    """Every graph's data parses as Model Explorer's GraphNodeData, every node id names an op node of the adapter's
+    graph of that id, of the op's kind and writing the op's outputs; returns the values checked."""
+    model = file_model(path)
+    graphs = adapter_graphs(path)
+    by_id = {g["id"]: (index, g) for index, g in sorted(graphs.items(), reverse=True)}  # the first of a name wins
+    checked = 0
+    for graph_id, graph_data in data.to_dict().items():
+        parsed = as_model_explorer_data(graph_data)
+        assert parsed.name == data.name and len(parsed.results) == len(graph_data["results"])
+        assert graph_id in by_id, f"{path.name}: graph {graph_id!r} is not in Model Explorer's graphs"
+        index, graph = by_id[graph_id]
+        nodes = {n["id"]: n for n in graph["nodes"]}
+        sg = model.subgraphs[index]
+        for node_id, result in graph_data["results"].items():
+            assert node_id in nodes, f"{path.name}: graph {graph_id!r} has no node {node_id!r}"
+            node, op = nodes[node_id], sg.operators[int(node_id)]
+            assert node["label"].lower() == op.opcode_name.lower(), (path.name, node_id, node["label"], op)
+            assert output_tensors(node) == {t for t in op.outputs if t >= 0}, (path.name, node_id)
+            assert "value" in result
+            checked += 1
+    return checked
+
+
+def model_paths(shared_models: Path) -> list[Path]:
+    return sorted(shared_models.glob("*.tflite")) + [HELDOUT / f"{name}.tflite" for name in HELDOUT_MODELS]
+
+
+def quiet_plan(model, flags, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plan(model, flags, warn=False, **kwargs)
+
+
+@pytest.mark.parametrize("flags", [CPU, GPU | CPU], ids=["cpu", "gpu_cpu"])
+def test_plan_node_data_has_model_explorers_ids_and_every_op(shared_models, flags):
+    for path in model_paths(shared_models):
+        model = file_model(path)
+        planned = rewrite_for_xla(model)  # what CompiledModel plans: ops renumbered where a rewrite applies
+        data = dataclasses.replace(quiet_plan(planned, flags, cpu_kernels="builtin"), file_model=model).node_data()
+        assert set(data) == {"engine", "partition", "fallback"}
+        engine = data["engine"]
+        for index in entry_subgraphs(model):
+            ops = {(index, op.index) for op in model.subgraphs[index].operators}
+            assert ops <= set(engine.values), f"{path.name}: ops without an engine: {sorted(ops - set(engine.values))}"
+        assert check_against_model_explorer(engine, path) >= len(engine.values) - 1
+        check_against_model_explorer(data["partition"], path)
+        check_against_model_explorer(data["fallback"], path)
+
+
+def test_the_float_view_of_a_quantized_model_is_shown_on_the_files_ops():
+    path = HELDOUT / "mobilenet_v2_035_96_int8.tflite"
+    model = read_model(path)
+    view = float_view(model)
+    assert len(view.subgraphs[0].operators) != len(model.subgraphs[0].operators)  # renumbered
+    data = dataclasses.replace(quiet_plan(view, GPU | CPU), file_model=model).node_data()
+    assert set(data["engine"].values) == {(0, op.index) for op in model.subgraphs[0].operators}
+    assert set(data["engine"].values.values()) == {"XLA GPU"}
+    check_against_model_explorer(data["engine"], path)
+
+
+def test_a_gpu_plan_names_the_ops_that_fell_back_and_why():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_plan_partitions import detector_model
+
+    model = detector_model()
+    data = quiet_plan(model, GPU | CPU).node_data()
+    assert data["fallback"].values == {(0, 5): "output shape depends on data", (0, 8): "output shape depends on data"}
+    assert data["engine"].values[(0, 5)] == "numpy reference CPU" and data["engine"].values[(0, 0)] == "XLA GPU"
+    assert [data["partition"].values[(0, i)] for i in (0, 5, 6)] == [0, 1, 2]
+    # neighbouring partitions of one engine in two shades, one colour per engine otherwise
+    colors = data["partition"].colors
+    assert colors[(0, 0)] == data["engine"].colors[(0, 0)] != colors[(0, 6)]
+
+
+def test_a_fast_cpu_plan_says_why_each_op_is_off_openvino(shared_models, without_litert):
+    from litegpu.backends.engine import EngineSettings
+    from litegpu.backends.registry import fast_cpu_engines
+
+    path = shared_models / "mediapipe_selfie_segmentation.tflite"
+    model = read_model(path)
+    p = quiet_plan(model, CPU, engines=fast_cpu_engines(EngineSettings(), str(path)))
+    fallback = p.node_data()["fallback"].values
+    assert "TFLite frontend" in fallback[(0, 244)]  # the custom Convolution2DTransposeBias
+    assert "DEQUANTIZE" in fallback[(0, 242)]      # its weights, dequantized beside it
+    assert "too little work" in fallback[(0, 245)]  # the LOGISTIC after it: a partition of its own would not pay
+    assert {p.node_data()["engine"].values[k] for k in fallback} == {"XLA CPU"}
+    check_against_model_explorer(p.node_data()["fallback"], path)
+
+
+def test_graph_ids_follow_the_adapter_for_unnamed_and_shared_names(tmp_path):
+    b = ModelBuilder()
+    b.name = ""  # subgraph 0 unnamed, then: unnamed, two of one name
+    for sg in (b, b.subgraph(""), b.subgraph("body"), b.subgraph("body")):
+        x = sg.input("x", (2,))
+        y = sg.tensor("y", (2,))
+        sg.op("ADD", [x, x], [y])
+        sg.output(y)
+    path = tmp_path / "names.tflite"
+    write_model(b.build(), path)
+    model = read_model(path)
+    assert graph_ids(model) == tuple(g["id"] for _, g in sorted(adapter_graphs(path).items()))
+    data = values_node_data("x", {(sg.index, 0): float(sg.index) for sg in model.subgraphs}, model)
+    assert graph_ids(model) == ("main", "subgraph_1", "body", "body")
+    assert data.to_dict()["body"]["results"] == {"0": {"value": 2.0}}  # the first subgraph of a shared name
+    check_against_model_explorer(data, path)
+
+
+def test_values_keep_finite_numbers_and_thresholds_stay_json(tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (2,))
+    ys = [b.tensor(f"y{k}", (2,)) for k in range(3)]
+    for y in ys:
+        b.op("RELU", [x], [y])
+    b.output(*ys)
+    model = b.build()
+    data = values_node_data("d", {(0, 0): 0.5, (0, 1): float("nan"), (0, 2): float("inf")}, model,
+                            thresholds=DISTANCE_THRESHOLDS)
+    written = data.save(tmp_path / "d.json").read_text()
+    assert '"0"' in written and '"1"' not in written and "Infinity" not in written
+    assert data.to_dict()["main"]["thresholds"][-1]["value"] == 1e300
+
+
+def test_profile_records_become_a_time_overlay():
+    b = ModelBuilder()
+    x = b.input("x", (2,))
+    y, z = b.tensor("y", (2,)), b.tensor("z", (2,))
+    b.op("RELU", [x], [y])
+    b.op("ADD", [y, b.constant("one", np.ones(2, np.float32))], [z])
+    b.output(z)
+    profile = {"subgraph": 0, "ops": [{"index": 1, "op": "ADD", "kind": "timed", "ms": 0.25},
+                                      {"index": 0, "op": "RELU", "kind": "folded", "ms": 0.0}]}
+    data = time_node_data(profile, b.build())
+    assert data.to_dict()["main"]["results"] == {"1": {"value": 0.25}}
+    assert data.to_dict()["main"]["gradient"][0]["stop"] == 0.0
+
+
+def test_a_plan_without_its_model_says_so():
+    p = quiet_plan(ModelBuilder().build(), CPU)
+    with pytest.raises(InvalidArgumentError, match="without its model"):
+        dataclasses.replace(p, model=None).node_data()
