@@ -54,8 +54,11 @@ def test_plan_node_data_has_model_explorers_ids_and_every_op(shared_models, flag
         check_against_model_explorer(data["fallback"], path)
 
 
-def test_the_float_view_of_a_quantized_model_is_shown_on_the_files_ops():
-    path = HELDOUT / "mobilenet_v2_035_96_int8.tflite"
+@pytest.mark.parametrize("name", ["mobilenet_v2_035_96_int8", "resnet_effnet_int8"])
+def test_the_float_view_of_a_quantized_model_is_shown_on_the_files_ops(name):
+    """The float view renumbers the ops, and keeps no integer copy of a MAX_POOL_2D's result (resnet_effnet):
+    every op of the file is still found, on the GPU."""
+    path = HELDOUT / f"{name}.tflite"
     model = read_model(path)
     view = float_view(model)
     assert len(view.subgraphs[0].operators) != len(model.subgraphs[0].operators)  # renumbered

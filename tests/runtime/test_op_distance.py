@@ -162,3 +162,25 @@ def test_bad_requests_say_what_is_wrong(tmp_path):
     pytest.importorskip("ai_edge_litert.interpreter")
     with pytest.raises(InvalidArgumentError, match="reads .tflite only"):
         op_distances(model, inputs, compare_with="official")
+
+
+def test_a_quantized_model_on_the_gpu_is_probed_as_its_float_view(tmp_path):
+    """The GPU runs a quantized model as its float view (ops renumbered, fake quantization after each): its
+    integer tensors are compared in units, with the CPU standing in for the GPU."""
+    from oracle import load_bench_module
+
+    path = tmp_path / "int8.tflite"
+    write_model(int8_model(), path)
+    options = litegpu.Options(litegpu.HardwareAccelerator.GPU | litegpu.HardwareAccelerator.CPU,
+                              gpu_options=litegpu.GpuOptions(engine="xla"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = litegpu.CompiledModel.from_file(str(path), options=options,
+                                                environment=load_bench_module("bench_gpu").environment("cpu"))
+    assert model.plan.target.value == "xla_gpu"
+    executed, _, _ = op_distance._executed(model)
+    assert len(executed.subgraphs[0].operators) > len(model.model.subgraphs[0].operators)  # the float view
+    found = op_distances(model, random_inputs(model, 0))
+    assert sorted(found.ops) == [(0, i) for i in range(4)]
+    assert found.ops[(0, 0)].units == 0  # QUANTIZE: the same rounding
+    assert all(d.units <= 2 for k, d in found.ops.items() if k != (0, 3)) and found.ops[(0, 3)].distance < 0.05

@@ -140,8 +140,9 @@ def placements(plan: Any, planned: Model, file_model: Model) -> dict[tuple[int, 
             break
         twin = planned.subgraphs[sg.index]
         producer = twin.producers()
+        by_name = {t.name: t.index for t in twin.tensors[len(sg.tensors):]}  # the tensors a rewrite added
         for op in sg.operators:
-            index = _planned_op(op, twin, producer)
+            index = _planned_op(op, sg, twin, producer, by_name)
             key = (sg.index, index)
             if index is None or key not in part:
                 if index is None and sg.index in entry_subgraphs(file_model):
@@ -161,12 +162,19 @@ def _callees_run_with_their_caller(model: Model, index: int, part: dict[tuple[in
             _callees_run_with_their_caller(model, callee, part)
 
 
-def _planned_op(op: Any, twin: Any, producer: dict[int, int]) -> int | None:
-    """The op of the planned subgraph that computes ``op``: the writer of one of its outputs, or for an op
-    without outputs (ASSIGN_VARIABLE) the op of the same kind reading the same tensors."""
+def _planned_op(op: Any, sg: Any, twin: Any, producer: dict[int, int], by_name: dict[str, int]) -> int | None:
+    """The op of the planned subgraph that computes ``op``: the writer of one of its outputs, or of its float
+    result where the float view keeps no integer copy of it (``<name>/float``, ``<name>/dequantized``: see
+    ``compile.float_view``), or for an op without outputs (ASSIGN_VARIABLE) the op of the same kind reading the
+    same tensors."""
     for t in op.outputs:
         if t >= 0 and t in producer:
             return producer[t]
+    for t in op.outputs:
+        for suffix in ("/float", "/dequantized"):
+            twin_tensor = by_name.get(f"{sg.tensors[t].name}{suffix}") if t >= 0 else None
+            if twin_tensor in producer:
+                return producer[twin_tensor]
     if not any(t >= 0 for t in op.outputs):
         return next((q.index for q in twin.operators
                      if q.opcode_name == op.opcode_name and q.inputs == op.inputs), None)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..compile import CPU, DelegationPlan, Partition
+from ..compile import DelegationPlan, Partition
 from ..compile.node_data import DISTANCE_THRESHOLDS, NodeData, values_node_data
 from ..errors import InvalidArgumentError, LiteGpuError, ModelExecutionError
 from ..ops import Target
@@ -83,7 +83,7 @@ def tensor_distance(got: Any, want: np.ndarray, tensor: ir.Tensor) -> tuple[floa
             zero = zero.reshape([-1 if d == axis else 1 for d in range(want.ndim)])
         span = np.abs(want.astype(np.int64) - zero).max()
         units = int(diff.max())
-        return (units / span if span else float(units > 0)), units
+        return float(units / span if span else units > 0), units
     return float(np.count_nonzero(got != want) / want.size), None
 
 
