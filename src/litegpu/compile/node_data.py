@@ -64,18 +64,19 @@ class NodeData:
 
     def to_dict(self) -> dict[str, Any]:
         """Model Explorer's ``ModelNodeData`` as JSON: graph id -> ``GraphNodeData``."""
+        first = {}  # graph id -> the subgraph that keeps it: the first of that name
+        for sg, graph_id in enumerate(self.graphs):
+            first.setdefault(graph_id, sg)
         out: dict[str, Any] = {}
         for (sg, op), value in sorted(self.values.items(), key=lambda kv: kv[0]):
+            if first[self.graphs[sg]] != sg:
+                continue
             graph = out.setdefault(self.graphs[sg], {"name": self.name, "results": {}})
-            if graph.get("_subgraph", sg) != sg:
-                continue  # a second subgraph of the same name: the first keeps the id
-            graph["_subgraph"] = sg
             result: dict[str, Any] = {"value": value}
             if (sg, op) in self.colors:
                 result["bgColor"] = self.colors[(sg, op)]
             graph["results"][node_id(op)] = result
         for graph in out.values():
-            del graph["_subgraph"]
             if self.gradient:
                 graph["gradient"] = [{"stop": s, "bgColor": c} for s, c in self.gradient]
             if self.thresholds:
@@ -134,6 +135,7 @@ def placements(plan: Any, planned: Model, file_model: Model) -> dict[tuple[int, 
     why.update({(u.subgraph, u.op_index): u.reason for p in plan.partitions for u in p.reasons})
     for index in entry_subgraphs(planned):
         _callees_run_with_their_caller(planned, index, part)
+    entries = set(entry_subgraphs(file_model))
     found: dict[tuple[int, int], Placement] = {}
     for sg in file_model.subgraphs:
         if sg.index >= len(planned.subgraphs):
@@ -145,7 +147,7 @@ def placements(plan: Any, planned: Model, file_model: Model) -> dict[tuple[int, 
             index = _planned_op(op, sg, twin, producer, by_name)
             key = (sg.index, index)
             if index is None or key not in part:
-                if index is None and sg.index in entry_subgraphs(file_model):
+                if index is None and sg.index in entries:
                     found[(sg.index, op.index)] = Placement(None, "a rewrite for the engines replaced it")
                 continue
             found[(sg.index, op.index)] = Placement(part[key], why.get(key))

@@ -14,10 +14,15 @@ delegates).  Each op's distance is the worst over its outputs:
 - other integer and boolean tensors: the share of elements that differ;
 - 1 where the shapes differ or a NaN or infinity stands where the other has a number.
 
+Each op's output is the one the run computed from its inputs as the run computed them, so the distance
+accumulates along the graph: an op that adds drift shows as a step up from its inputs' distance.
+
 What it cannot see: an engine that fuses across a tensor computes it once as the fused op's output, so making
 that tensor an output may keep the fusion from happening (OpenVINO, XNNPACK); the numbers are the engine's own
 kernels, but not always its fused ones.  Where an engine cannot return the intermediate tensors at all (it fails
-to compile the partition with them), only the partitions' own outputs are compared, and ``note`` says so.
+to compile the partition with them), only the partitions' own outputs are compared, and ``note`` says so.  What it
+costs: a second compile of every partition, a run of the builtin kernels (litegpu's are numpy's, slow on big
+models), and every intermediate tensor of the subgraph held twice at once.
 """
 
 from __future__ import annotations
