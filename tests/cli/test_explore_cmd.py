@@ -84,6 +84,18 @@ def test_a_circle_model_is_shown_through_its_tflite_form(tmp_path, capsys):
     check_against_model_explorer(written(tmp_path / "nd" / "engine.json", "engine"), shown)
 
 
+def test_a_circle_model_without_a_tflite_form_says_so(tmp_path, capsys):
+    b = ModelBuilder()
+    x = b.input("x", (2, 4))
+    y = b.tensor("y", (2, 4))
+    b.op("RMS_NORM", [x, b.constant("gamma", np.ones(4, np.float32))], [y])  # circle-only
+    b.output(y)
+    write_model(b.build(), tmp_path / "rms.circle")
+    code, _, err = run_cli(capsys, "explore", str(tmp_path / "rms.circle"), "--out", str(tmp_path / "nd"),
+                           "--no-browser")
+    assert code == 2 and "Model Explorer reads .tflite only, and this circle model cannot be written as .tflite" in err
+
+
 def test_without_model_explorer_it_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(explore_cmd, "model_explorer_installed", lambda: False)
     code, out, _ = run_cli(capsys, "explore", str(small_model(tmp_path / "m.tflite")), "--out", str(tmp_path / "nd"))

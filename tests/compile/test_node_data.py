@@ -16,7 +16,7 @@ from litegpu.compile.float_view import float_view
 from litegpu.compile.node_data import DISTANCE_THRESHOLDS, graph_ids, time_node_data, values_node_data
 from litegpu.compile.rewrites import rewrite_for_xla
 from litegpu.errors import InvalidArgumentError
-from litegpu.ir import entry_subgraphs, read_model
+from litegpu.ir import called_subgraphs, entry_subgraphs, read_model
 from litegpu.ir.builder import ModelBuilder
 from litegpu.ir.save import write_model
 from model_explorer_support import adapter_graphs, check_against_model_explorer, file_model
@@ -30,6 +30,17 @@ HELDOUT_MODELS = ("gru_float32", "streaming_float32", "two_signatures_float32", 
 
 def model_paths(shared_models: Path) -> list[Path]:
     return sorted(shared_models.glob("*.tflite")) + [HELDOUT / f"{name}.tflite" for name in HELDOUT_MODELS]
+
+
+def running_subgraphs(model) -> set[int]:
+    """The entry subgraphs and those their ops call, transitively."""
+    found, todo = set(), list(entry_subgraphs(model))
+    while todo:
+        index = todo.pop()
+        if index not in found:
+            found.add(index)
+            todo.extend(c for op in model.subgraphs[index].operators for c in called_subgraphs(op))
+    return found
 
 
 def quiet_plan(model, flags, **kwargs):
@@ -46,7 +57,7 @@ def test_plan_node_data_has_model_explorers_ids_and_every_op(shared_models, flag
         data = dataclasses.replace(quiet_plan(planned, flags, cpu_kernels="builtin"), file_model=model).node_data()
         assert set(data) == {"engine", "partition", "fallback"}
         engine = data["engine"]
-        for index in entry_subgraphs(model):
+        for index in running_subgraphs(model):
             ops = {(index, op.index) for op in model.subgraphs[index].operators}
             assert ops <= set(engine.values), f"{path.name}: ops without an engine: {sorted(ops - set(engine.values))}"
         assert check_against_model_explorer(engine, path) >= len(engine.values) - 1
@@ -66,6 +77,21 @@ def test_the_float_view_of_a_quantized_model_is_shown_on_the_files_ops(name):
     assert set(data["engine"].values) == {(0, op.index) for op in model.subgraphs[0].operators}
     assert set(data["engine"].values.values()) == {"XLA GPU"}
     check_against_model_explorer(data["engine"], path)
+
+
+def test_ops_a_rewrite_replaced_say_so_and_the_bodies_run_with_their_while():
+    path = HELDOUT / "gru_float32.tflite"  # TensorListSetItem's SLICE / SLICE / CONCATENATION in the WHILE body
+    model = read_model(path)
+    data = dataclasses.replace(quiet_plan(rewrite_for_xla(model), CPU, cpu_kernels="builtin"),
+                               file_model=model).node_data()
+    gone = {k for k, v in data["engine"].values.items() if v.startswith("not run")}
+    # the two slices, and the ops that computed their begin and size (the step write itself is now a
+    # DYNAMIC_UPDATE_SLICE writing the concatenation's output tensor: that op is found)
+    assert {k[0] for k in gone} == {2}
+    assert sorted(model.subgraphs[2].operators[i].opcode_name for _, i in gone) == [
+        "CONCATENATION", "RESHAPE", "SLICE", "SLICE"]
+    assert {data["partition"].values[(s, 0)] for s in (1, 2, 3, 4)} == {0}  # bodies: the WHILE's partition
+    assert not data["fallback"].values
 
 
 def test_a_gpu_plan_names_the_ops_that_fell_back_and_why():

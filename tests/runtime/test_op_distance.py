@@ -89,8 +89,8 @@ def test_xnnpacks_int8_drift_grows_op_by_op_to_the_whole_models():
     found = op_distances(model, inputs, compare_with="official")
     ops = [found.ops[(0, i)] for i in range(len(model.model.subgraphs[0].operators))]
     assert ops[0].units <= 2 and max(d.units for d in ops) > 4 * max(ops[0].units, 1)
-    builtin = interpreter.Interpreter(
-        model_path=str(path), experimental_op_resolver_type=interpreter.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    builtin_kernels = interpreter.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    builtin = interpreter.Interpreter(model_path=str(path), experimental_op_resolver_type=builtin_kernels)
     xnnpack = interpreter.Interpreter(model_path=str(path), num_threads=2)
     want, got = (list(it.get_signature_runner(key)(**inputs).values())[0] for it in (builtin, xnnpack))
     last = model.model.subgraphs[0].outputs[0]
@@ -160,8 +160,16 @@ def test_bad_requests_say_what_is_wrong(tmp_path):
     with pytest.raises(InvalidArgumentError, match="no signature 'nope'"):
         op_distances(model, inputs, signature="nope")
     pytest.importorskip("ai_edge_litert.interpreter")
-    with pytest.raises(InvalidArgumentError, match="reads .tflite only"):
-        op_distances(model, inputs, compare_with="official")
+    assert op_distances(model, inputs, compare_with="official").ops[(0, 2)].units == 0  # through its .tflite form
+    b = ModelBuilder()
+    x = b.input("x", (2, 4))
+    y = b.tensor("y", (2, 4))
+    b.op("RMS_NORM", [x, b.constant("gamma", np.ones(4, np.float32))], [y])
+    b.output(y)
+    write_model(b.build(), path, file_format="circle")
+    circle_only = compiled(path, BUILTIN)
+    with pytest.raises(InvalidArgumentError, match="reads .tflite only, and this model cannot be written as .tflite"):
+        op_distances(circle_only, random_inputs(circle_only, 0), compare_with="official")
 
 
 def test_a_quantized_model_on_the_gpu_is_probed_as_its_float_view(tmp_path):

@@ -4,10 +4,12 @@ Model Explorer (``pip install ai-edge-model-explorer``) draws a ``.tflite`` grap
 value per node, coloured by the value (its own ``bgColor``, a gradient or thresholds).  Node data for a whole
 model is keyed by graph id, then by node id.  Values are numbers, or strings for what is a name (an engine, a
 reason): the web app takes any value (``NodeDataProviderResultData.value: any``), shows a string as it is and
-counts each one on group nodes, where its Python data class annotates numbers only.  Model Explorer's TFLite adapter names each subgraph's graph by the
-subgraph's name ("main" for an unnamed subgraph 0, "subgraph_<i>" for another unnamed one) and each op's node by
-the op's index in its subgraph; ``tests/compile/test_node_data.py`` checks both against the adapter itself on the
-shared models.  Two subgraphs of one name share a graph id in Model Explorer too: the first keeps it here.
+counts each one on group nodes, where its Python data class annotates numbers only.
+
+Model Explorer's TFLite adapter names each subgraph's graph by the subgraph's name ("main" for an unnamed
+subgraph 0, "subgraph_<i>" for another unnamed one) and each op's node by the op's index in its subgraph;
+``tests/compile/test_node_data.py`` checks both against the adapter itself on the shared models.  Two subgraphs of
+one name share a graph id in Model Explorer too: the first keeps it here.
 
 A plan's partitions index the model it was made on, which a rewrite may have renumbered (the float view of a
 quantized model, XLA's rewrites, circle-only ops lowered to builtins); those rewrites keep tensor indices, so an
@@ -31,6 +33,7 @@ ENGINE_LABELS = {
     ("openvino", "CPU"): ("OpenVINO CPU", "#0071c5"), ("litert", "CPU"): ("LiteRT XNNPACK CPU", "#ff8f00"),
     ("xla", "CPU"): ("XLA CPU", "#8e24aa"), ("reference", "CPU"): ("numpy reference CPU", "#9e9e9e"),
 }
+# an op of the file that the model the engines run has not (DYNAMIC_UPDATE_SLICE took its place: compile.rewrites)
 REWRITTEN = ("not run: a rewrite replaced it", "#eeeeee")
 FALLBACK_COLOR = "#e53935"
 # A time overlay runs from white (the fastest op) to red (the slowest).
@@ -135,7 +138,7 @@ def placements(plan: Any, planned: Model, file_model: Model) -> dict[tuple[int, 
     why.update({(u.subgraph, u.op_index): u.reason for p in plan.partitions for u in p.reasons})
     for index in entry_subgraphs(planned):
         _callees_run_with_their_caller(planned, index, part)
-    entries = set(entry_subgraphs(file_model))
+    running = {s for s, _ in part}
     found: dict[tuple[int, int], Placement] = {}
     for sg in file_model.subgraphs:
         if sg.index >= len(planned.subgraphs):
@@ -147,8 +150,8 @@ def placements(plan: Any, planned: Model, file_model: Model) -> dict[tuple[int, 
             index = _planned_op(op, sg, twin, producer, by_name)
             key = (sg.index, index)
             if index is None or key not in part:
-                if index is None and sg.index in entries:
-                    found[(sg.index, op.index)] = Placement(None, "a rewrite for the engines replaced it")
+                if index is None and sg.index in running:
+                    found[(sg.index, op.index)] = Placement(None)
                 continue
             found[(sg.index, op.index)] = Placement(part[key], why.get(key))
     return found

@@ -272,14 +272,25 @@ def _official(model: ir.Model) -> Any:
     except ImportError:
         raise InvalidArgumentError("comparing with the official interpreter needs ai-edge-litert "
                                    "(pip install ai-edge-litert)") from None
-    if model.file_format != "tflite":
-        raise InvalidArgumentError(f"{model.source}: the official interpreter reads .tflite only; write the model "
-                                   "as .tflite (litegpu pack IN OUT.tflite) or compare with the builtin kernels")
+    source = _source(model) if model.file_format == "tflite" else {"model_content": _tflite_form(model)}
     try:
-        return Interpreter(**_source(model), experimental_preserve_all_tensors=True,
+        return Interpreter(**source, experimental_preserve_all_tensors=True,
                            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     except Exception as e:  # noqa: BLE001  (the official interpreter's own errors)
         raise ModelExecutionError(f"{model.source}: the official interpreter cannot load it: {e}") from e
+
+
+def _tflite_form(model: ir.Model) -> bytes:
+    """A circle model written as TFLite (same subgraphs, ops and tensors), which the official interpreter reads."""
+    from ..errors import FormatConversionError
+    from ..format.file import file_format
+    from ..ir.save import to_bytes
+
+    try:
+        return to_bytes(model, file_format("tflite"))
+    except FormatConversionError as e:
+        raise InvalidArgumentError(f"{model.source}: the official interpreter reads .tflite only, and this model "
+                                   f"cannot be written as .tflite ({e}): compare with the builtin kernels") from None
 
 
 def _source(model: ir.Model) -> dict[str, Any]:
