@@ -227,7 +227,7 @@ def _probed(sg: ir.Subgraph, partition: Partition, known: int) -> list[int]:
             continue
         for t in op.outputs:
             tensor = sg.tensors[t] if 0 <= t < known else None
-            if tensor is not None and tensor.data is None and not tensor.is_variable and tensor.dtype not in _OPAQUE:
+            if tensor is not None and not tensor.has_data and not tensor.is_variable and tensor.dtype not in _OPAQUE:
                 found.append(t)
     return found
 
