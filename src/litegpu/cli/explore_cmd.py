@@ -230,7 +230,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels: fast (the default), builtin or reference, as for run and bench")
     p.add_argument("--gpu-engine", choices=("xla", "iree"), default=None,
-                   help="the engine of the GPU's partitions (default: XLA where JAX sees a GPU, else IREE)")
+                   help="the engine of the GPU's partitions (default: XLA; with a measurement, what CompiledModel "
+                        "picks: XLA where JAX sees a GPU, else IREE)")
     p.add_argument("--signature", metavar="KEY", help="signature to measure (default: the first)")
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                    help="an input array for the measurements (repeatable; default: random, seeded)")
