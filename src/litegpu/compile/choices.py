@@ -6,9 +6,9 @@ first start converting and compiling the model for OpenVINO and timing both engi
 model that may run in a millisecond.  So before timing, the planner asks what is already known
 (``known_whole_choice``), in this order:
 
-1. **this model's verdict**, kept in the compile cache by an earlier start however it was reached: a second
-   start times nothing, converts nothing, and loads only the engine chosen (a verdict for OpenVINO does not
-   load the official interpreter);
+1. **this model's verdict**, kept in the compile cache by an earlier start that timed the engines or converted
+   the model to find it: a second start times nothing, converts nothing, and loads only the engine chosen (a
+   verdict for OpenVINO does not load the official interpreter);
 2. **the model's size**: at most ``OBVIOUS_MAX_MACS`` multiply-accumulates per run, the official interpreter
    runs it without timing;
 3. **the op mix**: where the ops OpenVINO may run at all (its policy: no integer arithmetic by default, no
