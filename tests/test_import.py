@@ -74,3 +74,45 @@ def test_a_warm_start_on_the_official_interpreter_loads_no_other_engine(tmp_path
     warm = modules_after(code)
     assert "ai_edge_litert" in cold
     assert warm == ["ai_edge_litert"]
+
+
+_OPENVINO_START = """
+import sys
+import numpy as np, litegpu
+from litegpu.backends import engine, litert
+from litegpu.compile import choices
+sys.path.insert(0, {tests!r})
+choices.OBVIOUS_MAX_MACS = -1  # as a model past the size rule: the engines are timed ...
+litert.THREAD_CHOICE_MAX_MACS = -1
+engine.fastest = lambda candidates, **kw: ("openvino", {{n: 1.0 if n == "openvino" else 2.0 for n in candidates}})
+model = litegpu.CompiledModel.from_file({path!r})  # ... and OpenVINO wins
+assert model.plan.engine_summary() == "3 ops on OpenVINO in 1 partition", model.plan.engine_summary()
+model.run([np.ones((1, 16), np.float32)])
+"""
+
+
+def test_a_warm_start_on_openvino_loads_no_other_engine(tmp_path, monkeypatch):
+    """The verdict "OpenVINO" in the compile cache: the second process does not load the official interpreter to
+    ask whether it could run the model."""
+    pytest.importorskip("openvino")
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "compile"))
+    from test_choices import mlp
+
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "mlp.tflite"
+    path.write_bytes(mlp())
+    code = _OPENVINO_START.format(tests=str(Path(__file__).resolve().parent), path=str(path))
+    assert "ai_edge_litert" in modules_after(code)  # the first start timed both
+    assert modules_after(code) == ["openvino"]
+
+
+def test_the_first_start_of_a_small_model_loads_only_the_official_interpreter(tmp_path, monkeypatch):
+    """The bundled face detector, empty cache, no options: small enough to go to the official interpreter without
+    converting it for OpenVINO or timing the two."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "cache"))
+    code = ("import numpy as np, litegpu\n"
+            "model = litegpu.CompiledModel.from_file(litegpu.bundled_model())\n"
+            "model.run([np.zeros((1, 128, 128, 3), np.float32)])")
+    assert modules_after(code) == ["ai_edge_litert"]
+    assert modules_after(code) == ["ai_edge_litert"]

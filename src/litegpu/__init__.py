@@ -12,18 +12,33 @@ from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, Devic
                      ModelExecutionError, ModelFormatError, OutOfMemoryError, SignatureError, TensorBufferError,
                      UnsupportedOpError, WriteError)
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
-                      HardwareAccelerator, Interpreter, Model, OpResolverType, Options, SignatureRunner, TensorBuffer)
-from .runtime.generate import generate, generate_stream
-from .runtime.litertlm import LitertLmBundle
+                      HardwareAccelerator, Model, Options, TensorBuffer)
 
 from .ops.python_ops import register_custom_op, unregister_custom_op
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "DeviceLostError", "CpuKernelMode", "CpuOptions",
+    "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "bundled_model", "DeviceLostError", "CpuKernelMode", "CpuOptions",
     "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
     "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
     "OutOfMemoryError", "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
     "WriteError", "errors", "generate", "generate_stream", "LitertLmBundle",
 ]
+
+# Imported on first use, so that ``import litegpu`` (every start) does not load them: the classic Interpreter API,
+# generation, LiteRT-LM bundles, the bundled model's path.
+_LAZY = {"Interpreter": "litegpu.runtime.interpreter", "OpResolverType": "litegpu.runtime.interpreter",
+         "SignatureRunner": "litegpu.runtime.interpreter", "generate": "litegpu.runtime.generate",
+         "generate_stream": "litegpu.runtime.generate", "LitertLmBundle": "litegpu.runtime.litertlm",
+         "bundled_model": "litegpu.models"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

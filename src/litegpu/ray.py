@@ -9,8 +9,9 @@
 ``Predictor`` loads and compiles the model once per actor.  Each batch is a dict of numpy columns: the
 columns named by the signature's inputs (or mapped to them with ``columns``) are fed to the model, one example
 per row, and every output becomes a column of the same name (other columns, ids say, pass through).  Actors
-share the compile cache (``cache_dir``, by default one per model under the system temp folder), so only the
-first actor on a machine compiles; the others load its executables.  ``num_gpus`` is Ray's: an actor given a
+share the compile cache (``cache_dir``, by default the user's compile cache, ``litegpu.backends.cache``), so only
+the first actor on a machine compiles and chooses the engines; the others, started beside it, wait for it and load
+what it wrote.  ``num_gpus`` is Ray's: an actor given a
 GPU runs the model there (``accelerator="gpu,cpu"``, the default, falls back to the CPU without one).
 
 Install with ``pip install "litegpu[ray]"``.
@@ -18,24 +19,12 @@ Install with ``pip install "litegpu[ray]"``.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .errors import InvalidArgumentError
-
-
-def default_cache_dir(model_path: str) -> str:
-    """A compile cache shared by every actor on this machine for this model file."""
-    from .backends.cache import fingerprint
-
-    with open(model_path, "rb") as f:
-        token = fingerprint(f.read())[:16]
-    return os.path.join(tempfile.gettempdir(), f"litegpu-ray-cache-{os.getuid() if hasattr(os, 'getuid') else 0}",
-                        token)
 
 
 class Predictor:
@@ -50,7 +39,7 @@ class Predictor:
         if "gpu" in accelerator.lower():
             flags = flags | litegpu.HardwareAccelerator.GPU
         options = litegpu.Options(flags, cpu_options=litegpu.CpuOptions(num_threads=num_threads),
-                                  serialization_dir=cache_dir or default_cache_dir(model_path))
+                                  serialization_dir=cache_dir)
         self.model = litegpu.CompiledModel.from_file(model_path, options=options)
         self.signature_key = signature_key
         signature = self.model.get_signature_by_index(self.model._signature(signature_key).index)
@@ -93,4 +82,4 @@ class Predictor:
         return {**passthrough, **{name: np.asarray(v) for name, v in results.items()}}
 
 
-__all__ = ["Predictor", "default_cache_dir"]
+__all__ = ["Predictor"]

@@ -3,6 +3,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -142,3 +143,161 @@ def test_two_processes_filling_the_same_cache_both_succeed(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert CompileCache(tmp_path).verify() == []
+
+
+# ---- where the cache lives, how big it may grow --------------------------------------------------
+
+def test_the_default_directory_follows_the_environment(monkeypatch, tmp_path):
+    from litegpu.backends.cache import default_cache_dir
+
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "mine"))
+    assert default_cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", "")
+    assert default_cache_dir() is None  # off
+    monkeypatch.delenv("LITEGPU_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert default_cache_dir() == tmp_path / "xdg" / "litegpu"  # where the platform keeps caches
+    else:
+        assert default_cache_dir().name in ("litegpu", "Cache")
+
+
+@pytest.mark.parametrize("text, expected", [("4G", 4 << 30), ("500M", 500 << 20), ("64k", 64 << 10),
+                                             ("1.5GiB", 3 << 29), ("1234", 1234), (" 2 mb ", 2 << 20)])
+def test_sizes_read_as_people_write_them(text, expected):
+    from litegpu.backends.cache import parse_size
+
+    assert parse_size(text) == expected
+
+
+def test_a_bad_size_bound_says_so(monkeypatch):
+    from litegpu.backends.cache import max_bytes_from_environment, parse_size
+
+    with pytest.raises(CacheError, match="4G, 500M"):
+        parse_size("lots")
+    monkeypatch.setenv("LITEGPU_CACHE_MAX_SIZE", "-1G")
+    with pytest.raises(CacheError, match="LITEGPU_CACHE_MAX_SIZE"):
+        max_bytes_from_environment()
+    monkeypatch.setenv("LITEGPU_CACHE_MAX_SIZE", "3K")
+    assert max_bytes_from_environment() == 3 << 10
+
+
+def test_the_size_bound_from_the_environment_evicts_the_least_recently_used(monkeypatch, tmp_path):
+    monkeypatch.setenv("LITEGPU_CACHE_MAX_SIZE", "3500")
+    cache = CompileCache(tmp_path)
+    keys = [make_key({"i": i}) for i in range(3)]
+    for i, k in enumerate(keys):
+        cache.store(k, bytes(1000))
+        os.utime(tmp_path / f"{k}.bin", (1000 + i, 1000 + i))
+    assert cache.load(keys[0]) is not None  # used now: the most recent
+    cache.store(make_key({"i": 3}), bytes(1000))
+    left = {e.key for e in cache.entries()}
+    assert keys[0] in left and keys[1] not in left and cache.size() <= 3500
+
+
+def test_entries_say_what_they_are(tmp_path):
+    cache = CompileCache(tmp_path)
+    cache.store(KEY, b"x", {"engine": "xla", "what": "compiled program", "source": "/models/m.tflite"})
+    (entry,) = cache.entries()
+    assert (entry.engine, entry.what, entry.source) == ("xla", "compiled program", "/models/m.tflite")
+
+
+def test_a_new_directory_is_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        CompileCache(tmp_path / "a" / "c")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a" / "c").stat().st_mode) == 0o700
+
+
+# ---- several processes --------------------------------------------------------------------------
+
+_HOLD = """
+import sys, time
+from litegpu.backends.cache import CompileCache
+cache = CompileCache(sys.argv[1])
+with cache.building(sys.argv[2]):
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[3]))
+    cache.store(sys.argv[2], b"built by the holder")
+"""
+
+
+def test_a_process_computing_an_entry_makes_the_others_wait_for_it(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path), KEY, "1.0"], stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    cache = CompileCache(tmp_path)
+    assert cache.load(KEY) is None
+    start = time.monotonic()
+    with cache.building(KEY):  # what a second process does before computing the same entry
+        waited = time.monotonic() - start
+        found = cache.load(KEY)
+    holder.wait(timeout=60)
+    assert waited > 0.3 and found == b"built by the holder"
+
+
+def test_a_holder_that_dies_releases_its_lock(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path), KEY, "600"], stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    holder.kill()
+    holder.wait(timeout=60)
+    start = time.monotonic()
+    with CompileCache(tmp_path).building(KEY):
+        assert time.monotonic() - start < 30
+
+
+_SLOW_WRITER = """
+import os, sys, time
+from litegpu.backends import cache as module
+real_fdopen = os.fdopen
+
+class Slow:
+    def __init__(self, f):
+        self.f = f
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def write(self, data):
+        self.f.write(data[:len(data) // 2])
+        self.f.flush()
+        print("half written", flush=True)
+        time.sleep(600)
+        self.f.write(data[len(data) // 2:])
+
+module.os.fdopen = lambda fd, mode: Slow(real_fdopen(fd, mode))
+module.CompileCache(sys.argv[1]).store(sys.argv[2], bytes(range(256)) * 4096)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_no_entry_anyone_reads(tmp_path):
+    cache = CompileCache(tmp_path)
+    writer = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, str(tmp_path), KEY], stdout=subprocess.PIPE,
+                              text=True)
+    assert writer.stdout.readline().strip() == "half written"  # the description, half of it
+    writer.kill()
+    writer.wait(timeout=60)
+    partial = list(tmp_path.glob(".*.tmp"))
+    assert partial and partial[0].stat().st_size > 0  # the half-written temp file is there ...
+    assert cache.load(KEY) is None and list(cache.entries()) == []  # ... and nobody reads it
+    for p in partial:
+        os.utime(p, (1, 1))  # a writer dead this long ago
+    cache.evict()
+    assert not list(tmp_path.glob(".*.tmp"))
+    cache.store(KEY, b"rebuilt")
+    assert cache.load(KEY) == b"rebuilt"
+
+
+def test_old_lock_files_are_tidied_away(tmp_path):
+    cache = CompileCache(tmp_path)
+    with cache.building(KEY):
+        pass
+    (lock,) = (tmp_path / "locks").iterdir()
+    cache.evict()
+    assert lock.exists()  # recent: perhaps about to be taken again
+    os.utime(lock, (1, 1))
+    cache.evict()
+    assert not lock.exists()

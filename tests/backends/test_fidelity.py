@@ -7,6 +7,7 @@ import pytest
 
 import litegpu as lg
 from litegpu.backends import fidelity
+from litegpu.compile import choices
 from litegpu.backends.engine import EngineSettings
 from litegpu.ir import read_model
 
@@ -75,6 +76,8 @@ def test_the_default_path_lets_openvino_take_the_hybrid_ops_when_allowed_and_kee
         return verdict
 
     monkeypatch.setattr(fidelity, "decide", nearer)
+    # a model this small goes to the official interpreter unmeasured (compile.choices): measured as a bigger one
+    monkeypatch.setattr(choices, "OBVIOUS_MAX_MACS", -1)
     path = heldout("mobilenet_v2_035_96_dynamic")
     options = lg.Options(lg.HardwareAccelerator.CPU, serialization_dir=str(tmp_path))
     first = lg.CompiledModel.from_file(path, options=options)

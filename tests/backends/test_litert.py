@@ -260,8 +260,15 @@ def test_models_xla_would_run_alone_go_to_the_official_interpreter():
     assert litegpu.CompiledModel.from_buffer(data, exact).plan.target.value == "xla_cpu"
 
 
+def time_every_model(monkeypatch):
+    """Models as small as these tests' are given to the official interpreter without timing
+    (``compile.choices``): here they are timed as a bigger one would be."""
+    monkeypatch.setattr(sys.modules["litegpu.compile.choices"], "OBVIOUS_MAX_MACS", -1)
+
+
 def _openvino_or_litert(monkeypatch, winner):
     calls = []
+    time_every_model(monkeypatch)
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
 
     def timed(candidates, **kwargs):
@@ -286,6 +293,7 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
 @pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.95, "openvino")])
 def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
     pytest.importorskip("openvino")
+    time_every_model(monkeypatch)
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
     monkeypatch.setattr("litegpu.backends.engine.fastest", lambda candidates, **kwargs: (
         min(("litert", 1.0), ("openvino", openvino_ms), key=lambda c: c[1])[0],

@@ -92,6 +92,7 @@ def test_bench_bundled_model_warm_start_uses_the_cache(bundled_bench):
 def test_bench_bundled_model_table(bundled_bench):
     _, out, result, _ = bundled_bench
     assert "fully delegated" in out and "steady median" in out and "start-up, cold" in out
+    assert "<placeholder signature>" not in out  # the official key of a model without SignatureDefs
     assert f"{result['latency_ms']['median']:.3f} ms" in out or f"{result['latency_ms']['median']:.1f} ms" in out
 
 
@@ -144,7 +145,8 @@ def test_bench_bad_file_exits_2_with_the_message(tmp_path, capsys, content, mess
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--runs", "0"], "--runs must be >= 1"),
+    (["--runs", "0"], "argument --runs: 0 is less than 1"),
+    (["--warmup", "-3"], "argument --warmup: -3 is less than 0"),
     (["--signature", "nope"], "no signature 'nope'"),
     (["--accelerator", "tpu"], "expected cpu, gpu or gpu,cpu"),
 ])

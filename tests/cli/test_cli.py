@@ -101,7 +101,7 @@ def test_dump_prints_tables_and_previews_bytes(shared_models, capsys):
     code, out, _ = run_cli(capsys, "dump", str(shared_models / "two_signatures_float32.tflite"))
     assert code == 0
     assert out.startswith("# ") and "\nModel:\n" in out
-    for text in ('builtin_code: "FULLY_CONNECTED"', 'signature_key: "encode"', "shape: [1, 32]",
+    for text in ("builtin_code: 9 (FULLY_CONNECTED)", 'signature_key: "encode"', "shape: [1, 32]",
                  "builtin_options_type: \"FullyConnectedOptions\"", 'name: "min_runtime_version"'):
         assert text in out
     # 16 KB of weights are shown as location + size + a preview, never in full.
@@ -340,7 +340,12 @@ def test_doctor_lists_the_vulkan_devices_and_what_iree_does_with_them(capsys):
     (iree_row,) = [e for e in info["engines"] if e["engine"] == "iree"]
     if not vulkan_devices():
         assert len(rows) == 1 and rows[0]["engines"] == "-" and "mesa-vulkan-drivers" in rows[0]["install"]
-        assert not iree_row["available"] and "litegpu[vulkan]" in iree_row["install"]
+        assert not iree_row["available"]
+        if missing_package() is None:  # installed: no pip hint, the device is what is missing
+            assert iree_row["status"] == "installed; no hardware Vulkan device"
+            assert "litegpu[vulkan]" not in iree_row["install"] and "Vulkan" in iree_row["install"]
+        else:
+            assert "litegpu[vulkan]" in iree_row["install"]
         return
     assert [r["device"] for r in rows] == [f"Vulkan {d.index}" for d in vulkan_devices()]
     for row, device in zip(rows, vulkan_devices()):
@@ -349,6 +354,9 @@ def test_doctor_lists_the_vulkan_devices_and_what_iree_does_with_them(capsys):
             assert 'GpuOptions(engine="iree")' in row["engines"]  # software: only when asked for by name
     if all(d.is_software for d in vulkan_devices()):
         assert not iree_row["available"] and "software" in iree_row["detail"]
+        if missing_package() is None:
+            assert iree_row["status"] == "installed; no hardware Vulkan device"
+            assert "litegpu[vulkan]" not in iree_row["install"]
         assert "GPU plans run on" not in info["gpu"] or "XLA" in info["gpu"]
 
 
@@ -410,3 +418,135 @@ def test_run_says_whose_numbers_a_dynamic_range_model_gives(tmp_path, capsys):
     code, out, err = run_cli(capsys, "run", str(path), "--runs", "1", "--kernel-mode", "builtin")
     assert code == 0, err
     assert "on XLA" in out and "numbers:" not in out
+
+
+# ---- the first five minutes (issue 35) -------------------------------------------------------------
+
+def test_run_on_the_bundled_model_says_its_outputs_match_the_official_runtime(capsys):
+    code, out, err = run_cli(capsys, "run", "--runs", "1")
+    assert code == 0, err
+    assert "reference: the outputs match the official runtime's" in out
+    assert "inputs: the reference's (mediapipe_face_detection_short_range.reference.npz)" in out
+    assert "<placeholder signature>" not in out and "(no signatures: inputs and outputs by tensor name)" in out
+
+
+def test_run_says_when_outputs_differ_from_the_reference_and_exits_1(tmp_path, capsys):
+    b = ModelBuilder()
+    x, y = b.input("x", (1, 4)), b.tensor("y", (1, 4))
+    b.op("MUL", [x, b.constant("c", np.full((4,), 2.0, np.float32))], [y])
+    b.output(y)
+    (tmp_path / "double.tflite").write_bytes(to_bytes(b.build()))
+    x_value = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.savez(tmp_path / "double.reference.npz", **{"-/in/x": x_value, "-/out/y": x_value * 2})
+    code, out, _ = run_cli(capsys, "run", str(tmp_path / "double.tflite"), "--runs", "0")
+    assert code == 0 and "the outputs match" in out
+    np.savez(tmp_path / "double.reference.npz", **{"-/in/x": x_value, "-/out/y": x_value * 3})
+    code, out, _ = run_cli(capsys, "run", str(tmp_path / "double.tflite"), "--runs", "0")
+    assert code == 1 and "DO NOT match" in out and "DIFFERS" in out
+
+
+def test_run_takes_numpys_default_float64_for_a_float32_input(tmp_path, capsys):
+    array = tmp_path / "x.npy"
+    np.save(array, np.random.default_rng(0).uniform(-1, 1, (1, 128, 128, 3)))  # float64
+    code, out, err = run_cli(capsys, "run", "--input", f"input={array}", "--runs", "0")
+    assert code == 0, err
+    assert "inputs: given" in out and "shape [1, 128, 128, 3] float32" in out
+
+
+def test_run_refuses_an_input_of_another_kind_or_out_of_range():
+    from litegpu.cli.run_cmd import as_input
+    from litegpu.errors import InvalidArgumentError
+
+    assert as_input("x", np.array([1, 2], np.int64), "int8").dtype == np.int8
+    with pytest.raises(InvalidArgumentError, match="outside the input's int8"):
+        as_input("x", np.array([1, 300]), "int8")
+    with pytest.raises(InvalidArgumentError, match="another kind of number"):
+        as_input("x", np.array([1.5]), "int32")
+
+
+def test_run_without_a_gpu_speaks_the_command_lines_language(capsys, monkeypatch):
+    from litegpu.runtime import environment
+
+    monkeypatch.setattr(environment.Environment, "platforms", staticmethod(lambda: {"cpu"}))
+    monkeypatch.setenv("LITEGPU_IREE_VULKAN", "0")
+    code, _, err = run_cli(capsys, "run", "--accelerator", "gpu", "--runs", "0")
+    if code == 0:
+        pytest.skip("a GPU is present")
+    assert code == 2 and "--accelerator gpu,cpu" in err and "HardwareAccelerator" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["run", "--runs", "-3"], ["bench", "x.tflite", "--warmup", "-1"],
+                                  ["generate", "x.litertlm", "--prompt", "hi", "--max-tokens", "0"]])
+def test_negative_counts_are_usage_errors(capsys, argv):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and "is less than" in err
+
+
+def test_dump_names_the_op_of_each_operator_code(capsys):
+    from litegpu import bundled_model
+
+    code, out, _ = run_cli(capsys, "dump", str(bundled_model()))
+    assert code == 0
+    assert "[0]: CONV_2D\n      deprecated_builtin_code: 3 (CONV_2D)" in out
+    assert 'builtin_code: "ADD"' not in out and "builtin_code: 0 (ADD, the field's default" in out
+
+
+def test_pack_prints_no_blank_line_and_writes_files_others_may_read(tmp_path, capsys):
+    import os
+    import stat
+
+    from litegpu import bundled_model
+
+    old = os.umask(0o022)
+    try:
+        code, out, _ = run_cli(capsys, "pack", str(bundled_model()), str(tmp_path / "packed.tflite"))
+    finally:
+        os.umask(old)
+    assert code == 0 and out.startswith("wrote ")
+    assert stat.S_IMODE((tmp_path / "packed.tflite").stat().st_mode) == 0o644
+
+
+def test_cache_ls_shows_engine_source_size_and_last_use_and_prune_bounds_it(tmp_path, capsys):
+    from litegpu.backends.cache import CompileCache, make_key
+
+    cache = CompileCache(tmp_path)
+    cache.store(make_key({"a": 1}), b"x" * 3000, {"engine": "xla", "what": "compiled program",
+                                                  "source": "/models/face.tflite"})
+    cache.store(make_key({"b": 2}), b"y" * 3000, {"engine": "litert", "what": "engine choice",
+                                                  "source": "/models/hand.tflite"})
+    code, out, _ = run_cli(capsys, "cache", "ls", str(tmp_path))
+    assert code == 0
+    assert "xla, compiled program  /models/face.tflite" in out and "3.0 KiB" in out and "last used 20" in out
+    assert run_cli(capsys, "cache", "prune", str(tmp_path), "--max-size", "4K")[0] == 0
+    assert len(list(cache.entries())) == 1
+    assert run_cli(capsys, "cache", "ls", str(tmp_path), "--max-size", "4K")[0] == 2  # prune's option only
+
+
+def test_cache_ls_looks_at_the_default_cache(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "c"))
+    code, out, _ = run_cli(capsys, "cache", "ls")
+    assert code == 0 and "nothing cached yet" in out
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", "")
+    code, out, _ = run_cli(capsys, "cache", "ls")
+    assert code == 0 and "the compile cache is off" in out
+
+
+def test_commands_that_run_models_default_to_the_cpu_and_say_so():
+    from litegpu.cli.main import build_parser
+
+    parser = build_parser()
+    for argv in (["run"], ["bench", "m.tflite"], ["batch", "m", "i", "o"], ["generate", "m", "--prompt", "p"],
+                 ["chat", "m"]):
+        assert parser.parse_args(argv).accelerator == "cpu", argv
+    assert "cpu (the default)" in parser._subparsers._group_actions[0].choices["batch"].format_help()
+
+
+def test_bench_creates_its_cache_directory_private(tmp_path, capsys):
+    import stat
+
+    from litegpu import bundled_model
+
+    code, _, err = run_cli(capsys, "bench", str(bundled_model()), "--runs", "1", "--warmup", "0", "--cache-dir",
+                           str(tmp_path / "bench-cache"))
+    assert code == 0, err
+    assert stat.S_IMODE((tmp_path / "bench-cache").stat().st_mode) == 0o700

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,24 @@ def test_release_file_pages_ignores_memory_that_is_not_a_file_map():
 
     assert release_file_pages(np.ones(1 << 16, np.float32)) == 0
     assert release_file_pages(np.frombuffer(bytearray(1 << 16), np.uint8)) == 0
+
+
+def test_a_written_model_gets_the_permissions_of_any_new_file(tmp_path):
+    """Not mkstemp's 0600: a model written for a colleague is readable by them where the umask says so."""
+    import stat
+
+    from litegpu.ir.builder import ModelBuilder
+    from litegpu.ir.save import write_model
+
+    b = ModelBuilder()
+    x, y = b.input("x", (1,)), b.tensor("y", (1,))
+    b.op("RELU", [x], [y])
+    b.output(y)
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        old = os.umask(umask)
+        try:
+            write_model(b.build(), tmp_path / f"m{umask}.tflite")
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE((tmp_path / f"m{umask}.tflite").stat().st_mode) == mode
+    assert not list(tmp_path.glob(".*.tmp"))

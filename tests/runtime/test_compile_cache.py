@@ -1,9 +1,12 @@
 """The compile cache seen through CompiledModel: hits, misses, rebuilds, refusals."""
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,6 +131,141 @@ def test_two_processes_starting_together_on_an_empty_cache(tmp_path):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()[-2000:]
         assert out.decode().strip().splitlines()[-1] == "8.0"
+
+
+# ---- on by default ----------------------------------------------------------------------------------
+
+def default_start(path, **options):
+    """A start as a new user's script makes it: no serialization_dir (the XLA engine's programs, for entries)."""
+    model = litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
+        litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(kernel_mode=BUILTIN), **options))
+    return model.run({"x": np.ones((1, 4), np.float32)})["y"]
+
+
+def test_the_cache_is_on_by_default_in_the_user_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "user-cache"))
+    path = small_model(tmp_path / "m.tflite")
+    first = default_start(path)
+    filled = entries(tmp_path / "user-cache")
+    assert filled  # the compiled program, with nothing asked for
+    assert np.array_equal(default_start(path), first) and entries(tmp_path / "user-cache") == filled
+
+
+@pytest.mark.parametrize("off", ["option", "environment"])
+def test_the_cache_turns_off(tmp_path, monkeypatch, off):
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", "" if off == "environment" else str(tmp_path / "user-cache"))
+    path = small_model(tmp_path / "m.tflite")
+    assert np.allclose(default_start(path, **({"compile_cache": False} if off == "option" else {})), 2.0)
+    assert not (tmp_path / "user-cache").exists()
+
+
+def test_compile_cache_takes_a_bool():
+    with pytest.raises(litegpu.InvalidArgumentError, match="compile_cache"):
+        litegpu.Options(compile_cache="no")
+    assert "compile_cache=False" in repr(litegpu.Options(compile_cache=False))
+
+
+def test_a_default_cache_that_cannot_be_made_warns_and_the_model_still_runs(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(blocker / "cache"))
+    path = small_model(tmp_path / "m.tflite")
+    with pytest.warns(RuntimeWarning, match="running without it"):
+        assert np.allclose(default_start(path), 2.0)
+
+
+def test_a_cache_directory_named_that_cannot_be_made_is_an_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(CacheError, match="cannot create"):
+        run_once(small_model(tmp_path / "m.tflite"), blocker / "cache")
+
+
+def test_the_interpreter_keeps_its_programs_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "user-cache"))
+    path = small_model(tmp_path / "m.tflite")
+
+    def interpret():
+        interpreter = litegpu.Interpreter(model_path=str(path))
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], np.ones((1, 4), np.float32))
+        interpreter.invoke()
+        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+    first = interpret()
+    filled = entries(tmp_path / "user-cache")
+    assert filled and np.array_equal(interpret(), first) and entries(tmp_path / "user-cache") == filled
+
+
+def test_a_model_from_bytes_is_keyed_by_its_bytes_not_written_out_again(tmp_path, monkeypatch):
+    from litegpu.ir import save
+
+    data = small_model(tmp_path / "m.tflite").read_bytes()
+    written = []
+    real = save.to_bytes
+    monkeypatch.setattr(save, "to_bytes", lambda *a, **k: written.append(1) or real(*a, **k))
+    options = litegpu.Options(litegpu.HardwareAccelerator.CPU, serialization_dir=str(tmp_path / "c"),
+                              cpu_options=litegpu.CpuOptions(kernel_mode=BUILTIN))
+    litegpu.CompiledModel.from_buffer(data, options=options).run({"x": np.ones((1, 4), np.float32)})
+    assert written == [] and entries(tmp_path / "c")
+
+
+_CROWD = """
+import json, sys, numpy as np, litegpu
+from litegpu.backends import cache
+stored = []
+real = cache.CompileCache.store
+cache.CompileCache.store = lambda self, key, payload, meta=None: stored.append(key) or real(self, key, payload, meta)
+options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions({kernels}))
+model = litegpu.CompiledModel.from_file(sys.argv[1], options=options)
+y = model.run({{"x": np.ones((1, 4), np.float32)}})["y"]
+print(json.dumps({{"y": y.tolist(), "stored": stored}}))
+"""
+
+
+def crowd(path, directory, processes, kernels):
+    """``processes`` processes started at once on one empty cache: each one's output and the keys it stored."""
+    env = {**os.environ, "LITEGPU_CACHE_DIR": str(directory)}
+    script = _CROWD.format(kernels=kernels)
+    children = [subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env) for _ in range(processes)]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def assert_each_entry_made_once(results, directory):
+    stored = [key for r in results for key in r["stored"]]
+    assert stored and len(stored) == len(set(stored))  # no entry computed by two processes
+    assert sorted(set(stored)) == sorted(p.stem for p in Path(directory).glob("*.bin"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert litegpu.backends.cache.CompileCache(directory).verify() == []
+
+
+def test_processes_starting_together_compute_each_entry_once(tmp_path):
+    """The official interpreter's thread count is timed on a small model: one process times it, the others wait
+    for its verdict and read it."""
+    from litegpu.backends.engine import physical_cores
+
+    if physical_cores() < 2:
+        pytest.skip("one core: no thread count to time")
+    path = small_model(tmp_path / "m.tflite")
+    results = crowd(path, tmp_path / "c", 3, "")  # the default engines
+    assert all(np.allclose(r["y"], 2.0) for r in results)
+    assert_each_entry_made_once(results, tmp_path / "c")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernels", ["", "kernel_mode=litegpu.CpuKernelMode.BUILTIN"])
+def test_eight_processes_starting_together_on_an_empty_cache(tmp_path, kernels):
+    path = small_model(tmp_path / "m.tflite")
+    results = crowd(path, tmp_path / "c", 8, kernels)
+    assert all(np.allclose(r["y"], 2.0) for r in results)
+    assert_each_entry_made_once(results, tmp_path / "c")
 
 
 # ---- the OpenVINO engine's entries: its compiled blob and its answer on which ops it converts ----

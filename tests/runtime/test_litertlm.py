@@ -87,3 +87,20 @@ def test_chat_gives_the_text_litert_lm_gives(transposed_bundle):
         official = session.run_decode().texts[0]
         session.close()
     assert official and LitertLmBundle.open(transposed_bundle).chat(prompt, 12) == official
+
+
+def test_generate_runs_the_model_on_the_accelerator_asked_for(monkeypatch, capsys):
+    from litegpu.cli.main import main
+
+    asked = []
+    real = LitertLmBundle.compiled_model
+
+    def compiled(self, **kwargs):
+        asked.append(kwargs.get("hardware_accel"))
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(LitertLmBundle, "compiled_model", compiled)
+    assert main(["generate", str(BUNDLE), "--prompt", "run the model", "--max-tokens", "2",
+                 "--accelerator", "gpu,cpu"]) == 0
+    assert asked[0] == litegpu.HardwareAccelerator.GPU | litegpu.HardwareAccelerator.CPU
+    assert capsys.readouterr().out.strip()

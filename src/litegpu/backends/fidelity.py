@@ -58,26 +58,44 @@ def dynamic_range_only(model: Model) -> bool:
 
 def openvino_verdict(model: Model, file: str | None, settings: EngineSettings, cache: Any = None,
                      cache_key: dict | None = None) -> HybridVerdict:
-    """The measured verdict for a dynamic-range model (see the module doc)."""
+    """The measured verdict for a dynamic-range model (see the module doc), kept in ``cache``."""
     refusal = _not_measurable(model, file)
     if refusal is not None:
         return HybridVerdict(False, refusal)
-    from .litert import LiteRtEngine, litert_version
-    from .openvino import OpenVinoEngine, openvino_package_version
+    if cache is None:
+        return _measured(model, file, settings)
+    from .cache import found_or_made, make_key
+    from .litert import litert_version
+    from .openvino import openvino_package_version
 
-    key = None
-    if cache is not None:
-        from .cache import make_key
+    # OpenVINO's version from its package metadata: a warm start that keeps XNNPACK never imports OpenVINO
+    key = make_key({**(cache_key or {}), "what": "hybrid ops: openvino against xnnpack",
+                    "litert": litert_version(), "openvino": openvino_package_version(), "cpu": cpu_name()})
 
-        # OpenVINO's version from its package metadata: a warm start that keeps XNNPACK never imports OpenVINO
-        key = make_key({**(cache_key or {}), "what": "hybrid ops: openvino against xnnpack",
-                        "litert": litert_version(), "openvino": openvino_package_version(), "cpu": cpu_name()})
-        stored = cache.load(key)
-        if stored is not None:
-            try:
-                return HybridVerdict(**json.loads(stored))
-            except (ValueError, TypeError) as e:  # checksummed, yet not ours: measure again
-                cache.discard(key, f"not a verdict ({e})")
+    def measured() -> HybridVerdict:
+        verdict = _measured(model, file, settings)
+        cache.store(key, json.dumps(verdict.__dict__).encode(), {"engine": "openvino", "what": "hybrid verdict",
+                                                                 "source": model.source})
+        return verdict
+
+    return found_or_made(cache, key, lambda: _stored(cache, key), measured)
+
+
+def _stored(cache: Any, key: str) -> HybridVerdict | None:
+    stored = cache.load(key)
+    if stored is None:
+        return None
+    try:
+        return HybridVerdict(**json.loads(stored))
+    except (ValueError, TypeError) as e:  # checksummed, yet not ours: measure again
+        cache.discard(key, f"not a verdict ({e})")
+        return None
+
+
+def _measured(model: Model, file: str, settings: EngineSettings) -> HybridVerdict:
+    from .litert import LiteRtEngine
+    from .openvino import OpenVinoEngine
+
     sg = model.subgraphs[0]
     whole = OpRange(0, tuple(range(len(sg.operators))), tuple(sg.inputs), tuple(sg.outputs))
     try:
@@ -94,11 +112,7 @@ def openvino_verdict(model: Model, file: str | None, settings: EngineSettings, c
         verdict = HybridVerdict(False, f"not measured: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     else:
         verdict = decide(distances)
-
     log.info("%s: %s", model.source, verdict.reason)
-    if key is not None:
-        cache.store(key, json.dumps(verdict.__dict__).encode(), {"engine": "openvino", "what": "hybrid verdict",
-                                                                 "source": model.source})
     return verdict
 
 

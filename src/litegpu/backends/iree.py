@@ -770,27 +770,37 @@ class IreeExecutable(Executable):
     def _program(self, inputs: Sequence[Any], variables: dict) -> _Program:
         specs = [(tuple(int(d) for d in np.shape(x)), np.dtype(x.dtype)) for x in inputs]
         var_specs = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in variables.items()}
-        key = self._cache_entry_key(specs, var_specs)
-        blob = self.cache.load(key) if key is not None else None
-        if blob is not None:
+        from .cache import found_or_made
+
+        def compiled() -> _Program:
             try:
-                entry = pickle.loads(blob)
-                if "error" in entry:  # this IREE could not compile it before: do not spend the time again
-                    raise EngineCompileError(f"{entry['error']} (remembered in the compile cache)")
-                program = self._load(entry)
-                self.loaded_from_cache = True
-                return program
-            except EngineCompileError:
+                entry = self._compile(specs, var_specs)
+            except EngineCompileError as e:
+                self._remember(key, {"error": str(e)})
                 raise
-            except Exception as e:  # checksummed, yet not loadable here: rebuild it, never trust it
-                self.cache.discard(key, f"IREE could not load it ({type(e).__name__}: {e})")
+            self._remember(key, entry)
+            return self._load(entry)
+
+        key = self._cache_entry_key(specs, var_specs)
+        return found_or_made(self.cache, key, lambda: self._cached_program(key), compiled)
+
+    def _cached_program(self, key: str | None) -> _Program | None:
+        """The program stored under ``key`` loaded, or None; IREE's remembered refusal raises again."""
+        blob = self.cache.load(key) if key is not None else None
+        if blob is None:
+            return None
         try:
-            entry = self._compile(specs, var_specs)
-        except EngineCompileError as e:
-            self._remember(key, {"error": str(e)})
+            entry = pickle.loads(blob)
+            if "error" in entry:  # this IREE could not compile it before: do not spend the time again
+                raise EngineCompileError(f"{entry['error']} (remembered in the compile cache)")
+            program = self._load(entry)
+        except EngineCompileError:
             raise
-        self._remember(key, entry)
-        return self._load(entry)
+        except Exception as e:  # checksummed, yet not loadable here: rebuild it, never trust it
+            self.cache.discard(key, f"IREE could not load it ({type(e).__name__}: {e})")
+            return None
+        self.loaded_from_cache = True
+        return program
 
     def compile_ahead(self, input_specs: Sequence[tuple[Sequence[int], Any]] | None = None) -> str:
         """Compile the program for inputs of these (shape, dtype) (default: the partition's declared ones) into the
@@ -823,7 +833,8 @@ class IreeExecutable(Executable):
 
     def _remember(self, key: str | None, entry: dict) -> None:
         if key is not None:
-            self.cache.store(key, pickle.dumps(entry), {"engine": "iree", "source": self.model.source,
+            self.cache.store(key, pickle.dumps(entry), {"engine": "iree", "what": "compiled program",
+                                                         "source": self.model.source,
                                                          "partition": str(self.op_range),
                                                          "target": self.target.description[:80],
                                                          "compiled": "error" not in entry})
@@ -1036,6 +1047,10 @@ class IreeEngine(Engine):
         except AcceleratorUnavailableError:
             return False
         return True
+
+    def installed(self) -> bool:
+        """IREE's runtime is there, whether or not a device is (``litegpu doctor`` tells the two apart)."""
+        return missing_package() is None
 
     def describe(self) -> str:
         return (f"iree-base-runtime {iree_version()} (compiler {iree_version('iree-base-compiler')}); "

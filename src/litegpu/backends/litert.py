@@ -44,8 +44,8 @@ from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ir.save import constant_bytes
 from ..ops import Target
-from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, integer_arithmetic,
-                     physical_cores)
+from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, installed_version,
+                     integer_arithmetic, physical_cores)
 from .graph import OpRange
 from .memory import host_available_bytes
 
@@ -62,6 +62,10 @@ PACKED_COPY_ROOM = 3
 # saves (the work of an op too small to share out); the bound keeps the timing at most about 0.1 s of a
 # first start (a 50 M model runs in about 1-3 ms here), and bigger models share their work well.
 THREAD_CHOICE_MAX_MACS = 50_000_000
+# How long the two thread counts are timed (rounds alternating, at least three): a tenth of the engines' timing
+# budget, as the first start of every small model pays it (the bundled face detector's first start was twice its
+# warm start with 0.3 s here), and both candidates are the same engine on the same model.
+THREAD_TIMING_S = 0.1
 # The other engine must beat the official interpreter by more than this to run the model: within it the timed
 # choice flipped from run to run (MediaPipe hand and face, EfficientNet-B0, DenseNet121 batch 1: the engines
 # within ~5 % there), and a tie is better given to the official default, whose outputs are the reference and
@@ -77,16 +81,9 @@ def _interpreter_module() -> Any:
 
 
 def litert_version() -> str:
-    """The official package's version, from the package itself (the engine has imported it)."""
-    _interpreter_module()
-    import ai_edge_litert
-
-    found = getattr(ai_edge_litert, "__version__", None)
-    if found is None:  # a build without it: its metadata
-        from importlib.metadata import version
-
-        found = version("ai-edge-litert")
-    return str(found)
+    """The official package's version, read without importing it (a warm start planned on OpenVINO does not
+    load the interpreter)."""
+    return installed_version("ai_edge_litert", "ai-edge-litert")
 
 
 def thread_count(settings: EngineSettings) -> int:
@@ -117,6 +114,12 @@ class LiteRtEngine(Engine):
         except ImportError:
             return False
 
+    def installed(self) -> bool:
+        """Asked without importing the package (60 ms): a warm start planned on OpenVINO does not load it."""
+        import importlib.util
+
+        return importlib.util.find_spec("ai_edge_litert") is not None
+
     def describe(self) -> str:
         return f"ai-edge-litert {litert_version()} (the official interpreter, XNNPACK delegate)"
 
@@ -140,7 +143,8 @@ class LiteRtEngine(Engine):
         from ..ir.save import format_refusal
 
         reason = self.settings_refusal(model)
-        if reason is None and (not_tflite := format_refusal(model)) is not None:
+        # a model the interpreter reads from its .tflite file is TFLite; one from memory may hold circle-only parts
+        if reason is None and self.file is None and (not_tflite := format_refusal(model)) is not None:
             reason = f"the official interpreter reads TFLite only: {not_tflite}"
         if reason is not None:
             return reason
@@ -148,6 +152,8 @@ class LiteRtEngine(Engine):
             self.interpreter(model)
         except EngineCompileError as e:
             return str(e)
+        except ImportError as e:  # installed (``installed``), but broken here
+            return f"ai-edge-litert is installed but cannot be imported: {e}"
         return None
 
     def settings_refusal(self, model: Model) -> str | None:
@@ -203,15 +209,22 @@ class LiteRtEngine(Engine):
 
         if model_macs(model) > THREAD_CHOICE_MAX_MACS:
             return cores
+        from .cache import found_or_made
+
         key = self._threads_key(scope, cores)
+
+        def timed() -> int:
+            threads = _timed_thread_count(model, file, cores)
+            if key is not None:
+                self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
+                                                              "source": model.source, "scope": scope})
+            return threads
+
+        return found_or_made(self.cache, key, lambda: self._stored_thread_count(key, cores), timed)
+
+    def _stored_thread_count(self, key: str | None, cores: int) -> int | None:
         stored = self.cache.load(key) if key is not None else None
-        if stored is not None and stored.isdigit() and int(stored) in (1, cores):
-            return int(stored)
-        threads = _timed_thread_count(model, file, cores)
-        if key is not None:
-            self.cache.store(key, str(threads).encode(), {"engine": "litert", "what": "thread count",
-                                                          "source": model.source, "scope": scope})
-        return threads
+        return int(stored) if stored is not None and stored.isdigit() and int(stored) in (1, cores) else None
 
     def _threads_key(self, scope: str, cores: int) -> str | None:
         if self.cache is None:
@@ -249,20 +262,23 @@ class LiteRtEngine(Engine):
             shared.reset_variables()
 
     # ---- choice --------------------------------------------------------------------------------
-    def _choice_key(self, model: Model, scope: str, other: Engine) -> str | None:
+    def _choice_key(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
         if self.cache is None:
             return None
         from .cache import make_key
 
+        # ``any_model``: a verdict that ``scope`` names without the model (the planner's verdicts by op structure,
+        # ``compile.choices``), found from another model's start
+        base = {k: v for k, v in self.cache_key.items() if k != "model_token"} if any_model else self.cache_key
         # the other engine's version as its package metadata says: a warm start reads the verdict without
         # importing it (OpenVINO: ``openvino_package_version``)
-        return make_key({**self.cache_key, "choice": ["litert", other.name], "scope": scope,
+        return make_key({**base, "choice": ["litert", other.name], "scope": scope,
                          "litert": litert_version(), other.name: other.version(),
                          "threads": thread_count(self.settings), "cpu": cpu_name()})
 
-    def cached_choice(self, model: Model, scope: str, other: Engine) -> str | None:
+    def cached_choice(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
         """The verdict of an earlier ``faster_than`` on the same model, scope, versions and CPU, if cached."""
-        key = self._choice_key(model, scope, other)
+        key = self._choice_key(model, scope, other, any_model)
         stored = self.cache.load(key) if key is not None else None
         if stored in (b"litert", other.name.encode()):
             return stored.decode()
@@ -274,9 +290,14 @@ class LiteRtEngine(Engine):
         """"litert" or ``other.name``: which engine runs these partitions (``scope`` names them: the whole
         model, or one partition) faster, timed alternately on sample inputs; the verdict is kept in the compile
         cache, keyed by the model, the scope, both engines' versions, the thread count and the CPU."""
-        cached = self.cached_choice(model, scope, other)
-        if cached is not None:
-            return cached
+        from .cache import found_or_made
+
+        return found_or_made(self.cache, self._choice_key(model, scope, other),
+                             lambda: self.cached_choice(model, scope, other),
+                             lambda: self._timed_choice(model, op_ranges, other, scope))
+
+    def _timed_choice(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
+        """``faster_than``'s timing, its verdict remembered."""
         from .engine import fastest, sample_inputs
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
@@ -298,12 +319,13 @@ class LiteRtEngine(Engine):
         self.remember_choice(model, scope, other, winner)
         return winner
 
-    def remember_choice(self, model: Model, scope: str, other: Engine, winner: str) -> None:
+    def remember_choice(self, model: Model, scope: str, other: Engine, winner: str, any_model: bool = False) -> None:
         """Keep a verdict in the compile cache (when there is one), for ``cached_choice`` to find."""
-        key = self._choice_key(model, scope, other)
+        key = self._choice_key(model, scope, other, any_model)
         if key is not None:
-            self.cache.store(key, winner.encode(), {"engine": "litert", "what": "engine choice",
-                                                    "source": model.source, "scope": scope})
+            what = "engine choice for any model of the same ops" if any_model else "engine choice"
+            self.cache.store(key, winner.encode(), {"engine": "litert", "what": what, "source": model.source,
+                                                    "scope": scope})
 
 
 # One redirection of the process's stderr at a time (it is process-wide).
@@ -372,7 +394,7 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     except ModelExecutionError:  # it loads but cannot run (a delegate that fails at its first invoke):
         return cores  # nothing to time; the planner finds out where it runs the model
     repeat = int(min(1000, max(1, 1e-3 / max(time.perf_counter() - start, 1e-7))))
-    _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()})
+    _, medians = fastest({str(n): runs * repeat for n, runs in candidates.items()}, budget_s=THREAD_TIMING_S)
     one, more = medians.get("1"), medians.get(str(cores))
     if one is None or more is None:
         return cores

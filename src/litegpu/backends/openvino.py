@@ -41,7 +41,7 @@ from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, integer_arithmetic, physical_cores
+from .engine import Engine, EngineSettings, Executable, installed_version, integer_arithmetic, physical_cores
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -114,26 +114,8 @@ def openvino_version() -> str:
 
 
 def openvino_package_version() -> str:
-    """The installed package's version, read without importing OpenVINO (a warm start's cache keys): from the
-    name of the ``openvino-<version>.dist-info`` directory beside the package, what ``importlib.metadata``
-    reads too, without its import and scan of every installed package (10-60 ms of a 0.3 s warm start);
-    ``importlib.metadata`` where the package is laid out otherwise."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("openvino")
-    if spec is None:
-        return "not installed"
-    for package in spec.submodule_search_locations or ():
-        site = os.path.dirname(package)
-        found = [n for n in os.listdir(site) if n.startswith("openvino-") and n.endswith(".dist-info")]
-        if len(found) == 1:
-            return found[0][len("openvino-"):-len(".dist-info")]
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("openvino")
-    except PackageNotFoundError:
-        return "unknown"
+    """The installed package's version, read without importing OpenVINO (a warm start's cache keys)."""
+    return installed_version("openvino", "openvino")
 
 
 class OpenVinoEngine(Engine):
@@ -194,20 +176,30 @@ class OpenVinoEngine(Engine):
             return _conversion_refusals(model, subgraph, candidates, self.file)
         import json
 
-        from .cache import make_key
+        from .cache import found_or_made, make_key
 
         key = make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                         "support": subgraph, "candidates": candidates,
                         "approximate_integers": self.settings.approximate_integers})
+
+        def converted() -> dict[int, str]:
+            found = _conversion_refusals(model, subgraph, candidates, self.file)
+            self.cache.store(key, json.dumps(found).encode(), {"engine": "openvino", "what": "op support",
+                                                               "source": model.source})
+            return found
+
+        return found_or_made(self.cache, key, lambda: self._stored_refusals(key), converted)
+
+    def _stored_refusals(self, key: str) -> dict[int, str] | None:
+        import json
+
         stored = self.cache.load(key)
         if stored is not None:
             try:
                 return {int(i): str(why) for i, why in json.loads(stored).items()}
             except (ValueError, AttributeError):
                 self.cache.discard(key, "not a support list")
-        found = _conversion_refusals(model, subgraph, candidates, self.file)
-        self.cache.store(key, json.dumps(found).encode(), {"engine": "openvino", "what": "support"})
-        return found
+        return None
 
     # ---- compile ----------------------------------------------------------------------------
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
@@ -408,17 +400,26 @@ class OpenVinoExecutable(Executable):
             return self._compiled[shapes]
 
     def _compile(self, shapes: tuple) -> "_Compiled":
-        core, config = _core(), self._config()
+        from .cache import found_or_made
+
         key = self._key(shapes) if self.cache is not None else None
-        if key is not None:
-            blob = self.cache.load(key)
-            if blob is not None:
-                try:
-                    compiled = core.import_model(io.BytesIO(blob), "CPU", config)
-                    self.loaded_from_cache = True
-                    return _Compiled(compiled, self.op_range, self._port_names)
-                except Exception as e:  # a blob this OpenVINO cannot read: rebuild it, never trust it
-                    self.cache.discard(key, f"OpenVINO could not import it ({type(e).__name__})")
+        return found_or_made(self.cache, key, lambda: self._cached(key), lambda: self._compiled_now(shapes, key))
+
+    def _cached(self, key: str | None) -> "_Compiled | None":
+        """The blob stored under ``key`` imported, or None (none there, or one this OpenVINO cannot read)."""
+        blob = self.cache.load(key) if key is not None else None
+        if blob is None:
+            return None
+        try:
+            compiled = _core().import_model(io.BytesIO(blob), "CPU", self._config())
+        except Exception as e:  # a blob this OpenVINO cannot read: rebuild it, never trust it
+            self.cache.discard(key, f"OpenVINO could not import it ({type(e).__name__})")
+            return None
+        self.loaded_from_cache = True
+        return _Compiled(compiled, self.op_range, self._port_names)
+
+    def _compiled_now(self, shapes: tuple, key: str | None) -> "_Compiled":
+        core, config = _core(), self._config()
         try:
             with self._source() as path:
                 ov_model = core.read_model(path)
@@ -435,8 +436,8 @@ class OpenVinoExecutable(Executable):
         if key is not None:
             stream = io.BytesIO()
             compiled.export_model(stream)
-            self.cache.store(key, stream.getvalue(), {"engine": "openvino", "source": self.model.source,
-                                                      "partition": str(self.op_range)})
+            self.cache.store(key, stream.getvalue(), {"engine": "openvino", "what": "compiled program",
+                                                      "source": self.model.source, "partition": str(self.op_range)})
         return _Compiled(compiled, self.op_range, self._port_names)
 
     def _source(self) -> Any:

@@ -1296,7 +1296,7 @@ class XlaBackend:
         ``state.sharding``) compiled with this backend's options: through the compile cache when there is one,
         ``what`` telling it apart from the subgraph's own programs (``xla_generate``'s decode loop).  The result
         is called as ``compiled(params, *args)``."""
-        from .cache import make_key
+        from .cache import found_or_made, make_key
 
         key = None
         if self.cache is not None:
@@ -1306,15 +1306,18 @@ class XlaBackend:
                             "inputs": [(tuple(np.shape(a)), str(a.dtype)) for a in self.jax.tree_util.tree_leaves(args)],
                             "jax": self.jax.__version__, "jaxlib": _jaxlib_version(),
                             "compiler_options": sorted(self.compiler_options.items())})
-            executable = self._executables.get(key) or self._load_executable(key)
-            if executable is not None:
-                self._executables[key] = executable
-                return executable
-        _release_freed_memory()
-        executable = self._compile_lowered(jitted.lower(self.params, *args))
-        _release_freed_memory()
+
+        def compiled() -> Any:
+            _release_freed_memory()
+            executable = self._compile_lowered(jitted.lower(self.params, *args))
+            _release_freed_memory()
+            if key is not None:
+                self._store_executable(key, executable, self.jax.tree_util.tree_leaves(args))
+            return executable
+
+        executable = found_or_made(self.cache, key, lambda: None if key is None else (
+            self._executables.get(key) or self._load_executable(key)), compiled)
         if key is not None:
-            self._store_executable(key, executable, self.jax.tree_util.tree_leaves(args))
             self._executables[key] = executable
         return executable
 
@@ -1346,13 +1349,16 @@ class XlaBackend:
                          **({"consumed": list(consumed)} if consumed else {})})
 
     def _cached_executable(self, args: Sequence[Any], consumed: tuple[int, ...] = ()) -> Any:
-        key = self._executable_key(args, consumed)
-        executable = self._executables.get(key)
-        if executable is None:
-            executable = self._load_executable(key)
-        if executable is None:
+        from .cache import found_or_made
+
+        def compiled() -> Any:
             executable = self._compile(args, consumed)
             self._store_executable(key, executable, args)
+            return executable
+
+        key = self._executable_key(args, consumed)
+        executable = found_or_made(self.cache, key, lambda: self._executables.get(key) or self._load_executable(key),
+                                   compiled)
         self._executables[key] = executable
         return executable
 
@@ -1381,7 +1387,8 @@ class XlaBackend:
         except Exception:  # some platforms cannot serialize; the in-memory executable still runs
             return
         self.cache.store(key, pickle.dumps((payload, in_tree, out_tree)),
-                         {"model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
+                         {"engine": "xla", "what": "compiled program", "source": self.model.source,
+                          "model": self.cache_key.get("model_token"), "subgraph": self.subgraph_index,
                           "platform": self.platform, "inputs": [tuple(a.shape) for a in args]})
 
     def lower(self, args: Sequence[Any]) -> Any:

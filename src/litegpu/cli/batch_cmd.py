@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError, LiteGpuError
+from .common import ACCELERATOR_HELP, accelerator_flags, count
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 SCALES = {"0..1": (0.0, 1.0), "-1..1": (-1.0, 1.0), "raw": None}
@@ -188,13 +189,12 @@ def _report_bad(example_id: str, error: Exception, errors_path: Path, counts: di
 
 
 def run_local(model_path: Path, inputs: Path, output: Path, *, signature: str | int = 0, part_size: int = 256,
-              scale: str = "0..1", accelerator: str = "gpu,cpu", progress: bool = True,
+              scale: str = "0..1", accelerator: str = "cpu", progress: bool = True,
               limit: int | None = None) -> dict:
     """Run the whole dataset in this process (see the module doc); returns counts."""
     import litegpu
 
-    flags = litegpu.HardwareAccelerator.CPU | (litegpu.HardwareAccelerator.GPU if "gpu" in accelerator else 0)
-    model = litegpu.CompiledModel.from_file(str(model_path), hardware_accel=flags)
+    model = litegpu.CompiledModel.from_file(str(model_path), hardware_accel=accelerator_flags(accelerator))
     details = model.get_input_tensor_details(signature)
     names = list(details)
     parts = _Parts(output)
@@ -296,11 +296,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("inputs", metavar="INPUTS", type=Path, help="a folder of .npy files or images, or a .parquet file")
     p.add_argument("output", metavar="OUTPUT", type=Path, help="the Parquet file to write")
     p.add_argument("--signature", metavar="KEY", help="signature to run (default: the first)")
-    p.add_argument("--accelerator", default="gpu,cpu", metavar="cpu|gpu,cpu")
+    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help=ACCELERATOR_HELP)
     p.add_argument("--scale", choices=sorted(SCALES), default="0..1", help="pixel values of images (default 0..1)")
-    p.add_argument("--part-size", type=int, default=256, metavar="N", help="rows per committed part (default 256)")
+    p.add_argument("--part-size", type=count(1), default=256, metavar="N", help="rows per committed part (default 256)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (an address, or 'local')")
-    p.add_argument("--concurrency", type=int, default=1, help="Ray actors (with --ray)")
-    p.add_argument("--batch-size", type=int, default=64, help="rows per Ray batch (with --ray)")
+    p.add_argument("--concurrency", type=count(1), default=1, help="Ray actors (with --ray)")
+    p.add_argument("--batch-size", type=count(1), default=64, help="rows per Ray batch (with --ray)")
     p.add_argument("--num-gpus", type=float, default=0, help="GPUs per Ray actor (with --ray)")
     p.set_defaults(handler=run)

@@ -21,10 +21,8 @@ the same device (see :class:`OpProfiler` for what that does and does not mean).
 from __future__ import annotations
 
 import os
-import platform
 import resource
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -36,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .common import KERNEL_MODES, console, cpu_kernel_mode, human_bytes, titled_table
-from .run_cmd import SEED, _accelerator, random_input
+from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, console, count, cpu_kernel_mode, human_bytes,
+                     signature_label, step, titled_table)
+from .run_cmd import SEED, random_input
 
 DEFAULT_RUNS = 50
 DEFAULT_WARMUP = 5
@@ -101,7 +100,8 @@ def device_memory(model: Any) -> dict[str, Any] | None:
 
 # ---- progress ---------------------------------------------------------------------------------
 class _Progress:
-    """A rich progress bar on stderr (stdout stays parseable); silent when stderr is not a terminal."""
+    """A rich progress bar on stderr (stdout stays parseable); when stderr is not a terminal, a line for each phase
+    that takes long (``common.step``)."""
 
     def __init__(self, enabled: bool):
         self._progress = None
@@ -120,8 +120,9 @@ class _Progress:
 
     @contextmanager
     def phase(self, description: str, total: int) -> Iterator[Callable[[], None]]:
-        if self._progress is None:
-            yield lambda: None
+        if self._progress is None:  # not a terminal: a line on stderr if the phase takes long
+            with step(description):
+                yield lambda: None
             return
         with self._progress:
             task = self._progress.add_task(description, total=total)
@@ -136,7 +137,7 @@ def _options(accelerator: str, precision: str, threads: int, cache_dir: str, ker
     import litegpu
 
     cpu = litegpu.CpuOptions(num_threads=threads, kernel_mode=cpu_kernel_mode(kernel_mode))
-    return litegpu.Options(_accelerator(accelerator), cpu_options=cpu,
+    return litegpu.Options(accelerator_flags(accelerator), cpu_options=cpu,
                            gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir,
                            devices=devices)
 
@@ -259,6 +260,10 @@ def _warm_up_runtime() -> None:
 
 
 def _versions() -> dict[str, str]:
+    # platform imported here, not at the top: every litegpu command imports this module, and platform's import
+    # compiles a dozen regular expressions
+    import platform
+
     from ..runtime.compiled_model import litegpu_version
 
     found = {"litegpu": litegpu_version(), "python": platform.python_version()}
@@ -273,6 +278,8 @@ def _versions() -> dict[str, str]:
 
 
 def _machine() -> dict[str, Any]:
+    import platform
+
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"machine": platform.machine(), "cpus": os.cpu_count(), "system": platform.system(),
             "load_average_1m": round(load[0], 2) if load else None}
@@ -295,8 +302,10 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
     own_cache = cache_dir is None
     directory = tempfile.mkdtemp(prefix="litegpu-bench-") if own_cache else str(cache_dir)
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        cache_was_empty = not any(Path(directory).iterdir())
+        from ..backends.cache import CompileCache
+
+        CompileCache(directory)  # created private (0700), as every compile cache directory
+        cache_was_empty = not any(Path(directory).glob("*.bin"))
         options = _options(accelerator, precision, threads, directory, kernel_mode, devices)
         peak_reset = reset_peak_rss()
         baseline = host_memory()["rss_bytes"]
@@ -356,7 +365,7 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return float(np.median(times))
 
 
 def _make_profiler_class() -> type:
@@ -547,7 +556,7 @@ def render(result: dict[str, Any]) -> None:
     out = console()
     d, lat, init = result["delegation"], result["latency_ms"], result["init"]
     shapes = ", ".join(f"{i['name']} {i['shape']} {i['dtype']}" for i in result["inputs"])
-    table = titled_table(f"{Path(result['model']).name}  signature {result['signature']!r}  "
+    table = titled_table(f"{Path(result['model']).name}  {signature_label(result['signature'])}  "
                          f"{d['accelerator']} {result['precision']}")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -646,15 +655,15 @@ def run(args: Any) -> int:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure start-up, latency (outputs read back), memory and delegation")
     p.add_argument("file", metavar="FILE", type=Path, help="the .tflite model")
-    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help="where to run (default cpu)")
+    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help=ACCELERATOR_HELP)
     p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
                    help="float precision on the device (default fp32)")
     p.add_argument("--signature", metavar="KEY", help="signature to run (default: the first)")
-    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
+    p.add_argument("--runs", type=count(1), default=DEFAULT_RUNS, metavar="N",
                    help=f"timed runs (default {DEFAULT_RUNS})")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
+    p.add_argument("--warmup", type=count(0), default=DEFAULT_WARMUP, metavar="N",
                    help=f"untimed runs before them (default {DEFAULT_WARMUP})")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
+    p.add_argument("--threads", type=count(0), default=0, metavar="N",
                    help="CpuOptions.num_threads: OpenVINO's and LiteRT's threads (XLA CPU sizes its own pool; "
                         "default 0: the physical cores)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",

@@ -1,8 +1,12 @@
-"""Helpers shared by the subcommands: byte previews, JSON-safe values, consoles."""
+"""Helpers shared by the subcommands: byte previews, JSON-safe values, consoles, progress, argument types."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,6 +14,24 @@ import numpy as np
 PREVIEW_BYTES = 16
 # --kernel-mode of run / bench / inspect: CpuOptions.kernel_mode's names
 KERNEL_MODES = ("fast", "builtin", "reference")
+
+
+def accelerator_flags(spec: str) -> Any:
+    """``--accelerator cpu|gpu|gpu,cpu`` as ``HardwareAccelerator`` flags."""
+    import litegpu
+
+    from ..errors import InvalidArgumentError
+
+    names = [p.strip().upper() for p in spec.split(",") if p.strip()]
+    if not names or any(n not in ("CPU", "GPU") for n in names):
+        raise InvalidArgumentError(f"--accelerator {spec!r}: expected cpu, gpu or gpu,cpu")
+    value = litegpu.HardwareAccelerator[names[0]]
+    for n in names[1:]:
+        value = value | litegpu.HardwareAccelerator[n]
+    return value
+
+
+ACCELERATOR_HELP = "where to run: cpu (the default), gpu, or gpu,cpu (the GPU, else the CPU with a warning)"
 
 
 def cpu_kernel_mode(name: str) -> Any:
@@ -63,3 +85,71 @@ def titled_table(title: str) -> Any:
     from rich.table import Table
 
     return Table(title=title, title_justify="left", min_width=min(len(title), 100), title_style="bold")
+
+
+# ---- what the command line says -----------------------------------------------------------------
+
+# The Python API's spelling in messages, and the command line's (longest first: one may hold another).
+_CLI_WORDS = (
+    (" (CpuOptions(kernel_mode=CpuKernelMode.BUILTIN))", ""),
+    ("CpuOptions(kernel_mode=CpuKernelMode.BUILTIN)", "--kernel-mode builtin"),
+    ("HardwareAccelerator.GPU | HardwareAccelerator.CPU", "--accelerator gpu,cpu"),
+    ("HardwareAccelerator.GPU was requested", "--accelerator gpu was asked for"),
+    ("add HardwareAccelerator.CPU", "use --accelerator gpu,cpu"),
+)
+
+
+def in_cli_words(message: str) -> str:
+    """A message from the library with its API spellings (``HardwareAccelerator.GPU | HardwareAccelerator.CPU``)
+    replaced by the command line's (``--accelerator gpu,cpu``)."""
+    for api, cli in _CLI_WORDS:
+        message = message.replace(api, cli)
+    return message
+
+
+def signature_label(key: str) -> str:
+    """How a signature is named to users: the official placeholder key of a model without SignatureDefs
+    (``<placeholder signature>``) is not a name anyone can type."""
+    from ..runtime.model import PLACEHOLDER_SIGNATURE
+
+    return "(no signatures: inputs and outputs by tensor name)" if key == PLACEHOLDER_SIGNATURE else f"signature {key!r}"
+
+
+def count(minimum: int) -> Any:
+    """An argparse type: an integer of at least ``minimum`` (``--runs -3`` is a usage error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    parse.__name__ = "count"  # argparse names the type in its messages
+    return parse
+
+
+# ---- progress -----------------------------------------------------------------------------------
+
+# A step that takes longer than this says so on stderr when stderr is not a terminal (a log, CI).
+QUIET_STEP_S = 2.0
+
+
+@contextlib.contextmanager
+def step(description: str) -> Iterator[None]:
+    """Say on stderr what a long step is doing: a spinner while it runs on a terminal (gone when it ends), one
+    line once it has taken ``QUIET_STEP_S`` otherwise; stdout stays what the command prints."""
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        with Console(file=sys.stderr).status(description):
+            yield
+        return
+    timer = threading.Timer(QUIET_STEP_S, lambda: print(f"litegpu: {description} ...", file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

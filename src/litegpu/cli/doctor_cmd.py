@@ -22,6 +22,13 @@ ENGINE_ROLES = {
 }
 VULKAN_INSTALL = ('a Vulkan driver (Debian/Ubuntu: apt-get install mesa-vulkan-drivers: Intel, AMD, and the software '
                   'lavapipe; NVIDIA: its driver\'s Vulkan ICD) and pip install "litegpu[vulkan]"')
+# Engines installed but without a device to run on here: what the "available" column says, and what to add (the
+# package is there: no pip hint).
+NO_DEVICE = {
+    "iree": ("installed; no hardware Vulkan device",
+             "a GPU with a Vulkan 1.2 driver (Debian/Ubuntu: mesa-vulkan-drivers for Intel and AMD; NVIDIA's driver "
+             "has its own); a software device (lavapipe) runs only when asked for by name, GpuOptions(engine=\"iree\")"),
+}
 
 
 def engine_report() -> list[dict[str, Any]]:
@@ -39,9 +46,23 @@ def engine_report() -> list[dict[str, Any]]:
             row["available"] = False
             row["detail"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}" if str(e) else type(e).__name__
         if not row["available"]:
-            row["install"] = install
+            no_device = NO_DEVICE.get(name)
+            if no_device is not None and _installed(name):
+                row["status"], row["install"] = no_device
+            else:
+                row["install"] = install
+        row.setdefault("status", "yes" if row["available"] else "no")
         rows.append(row)
     return rows
+
+
+def _installed(name: str) -> bool:
+    from ..backends.registry import engine
+
+    try:
+        return bool(engine(name).installed())
+    except Exception:  # noqa: BLE001  (broken: not installed as far as the user can tell)
+        return False
 
 
 def device_report() -> list[dict[str, Any]]:
@@ -132,9 +153,10 @@ def run(args: Any) -> int:
     out = console()
     table = titled_table("Engines")
     for col in ("engine", "available", "what it runs", "detail / how to add it"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", max_width=12 if col == "available" else None)
     for r in info["engines"]:
-        table.add_row(r["engine"], "yes" if r["available"] else "[red]no[/red]", escape(r["role"]),
+        status = "yes" if r["available"] else "[red]no[/red]" if r["status"] == "no" else escape(r["status"])
+        table.add_row(r["engine"], status, escape(r["role"]),
                       escape(r["detail"] if r["available"] else f"{r['detail']}\n{r['install']}"))
     out.print(table)
     table = titled_table("Devices")

@@ -65,7 +65,9 @@ class _Dumper:
         elif isinstance(item, list):
             self.emit(depth, f"{key}: ({len(item)} items)" if item else f"{key}: []")
             for i, element in enumerate(item):
-                if isinstance(element, dict):
+                if isinstance(element, dict) and key == "operator_codes":
+                    self.operator_code(depth + 1, i, element)
+                elif isinstance(element, dict):
                     self.emit(depth + 1, f"[{i}]:")
                     self.table(depth + 2, element)
                 else:
@@ -76,6 +78,34 @@ class _Dumper:
             self.emit(depth, f"{key}: {json.dumps(item)}")
         else:
             self.emit(depth, f"{key}: {item}")
+
+
+    def operator_code(self, depth: int, i: int, value: dict) -> None:
+        """An OperatorCode, headed by the op it means: its two code fields named, and the one that is not the
+        op's said so (a file of older writers leaves ``builtin_code`` at its default, 0, which reads "ADD")."""
+        from ..format import CIRCLE
+        from ..ir.load import CUSTOM_CODE, operator_code
+
+        names = self.raw.schema.enums["BuiltinOperator"].names
+        code = operator_code(value, self.raw.file_format is CIRCLE)
+        op = value.get("custom_code") if code == CUSTOM_CODE and value.get("custom_code") else \
+            names.get(code, f"UNKNOWN_BUILTIN_{code}")
+        self.emit(depth, f"[{i}]: {op}")
+        for key, item in value.items():
+            if item is None:
+                continue
+            if key == "deprecated_builtin_code":
+                item = int(item)
+                note = "" if item == code else ", not the op's code"
+                self.emit(depth + 1, f"{key}: {item} ({names.get(item, 'unknown')}{note})")
+            elif key == "builtin_code":
+                number = self.raw.schema.enums["BuiltinOperator"].values.get(item, item) if isinstance(item, str) \
+                    else int(item)
+                note = "" if number == code else (", the field's default where a writer left it out: not the "
+                                                  "op's code" if number == 0 else ", not the op's code")
+                self.emit(depth + 1, f"{key}: {number} ({names.get(number, 'unknown')}{note})")
+            else:
+                self.field(depth + 1, key, item)
 
 
 def dump_lines(path: str | Path) -> list[str]:

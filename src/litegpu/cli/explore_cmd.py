@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatConversionError, InvalidArgumentError
-from .common import KERNEL_MODES, console, cpu_kernel_mode, titled_table
+from .common import KERNEL_MODES, accelerator_flags, console, cpu_kernel_mode, titled_table
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -57,9 +57,7 @@ def shown_model(model: Any, path: Path, out: Path) -> Path:
 def _options(accelerator: str, kernel_mode: str, gpu_engine: str | None) -> Any:
     import litegpu
 
-    from .run_cmd import _accelerator
-
-    return litegpu.Options(_accelerator(accelerator),
+    return litegpu.Options(accelerator_flags(accelerator),
                            cpu_options=litegpu.CpuOptions(kernel_mode=cpu_kernel_mode(kernel_mode)),
                            gpu_options=litegpu.GpuOptions(engine=gpu_engine))
 

@@ -8,14 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from .common import ACCELERATOR_HELP, accelerator_flags, count, step
 
 
-def _bundle(path: Path) -> Any:
+def _bundle(args: Any) -> Any:
+    """The bundle, its model compiled for ``--accelerator``."""
     from ..runtime.litertlm import LitertLmBundle
 
+    path = args.file
     if not path.is_file():
         raise InvalidArgumentError(f"{path}: no such file")
-    return LitertLmBundle.open(path)
+    bundle = LitertLmBundle.open(path)
+    with step(f"loading {path.name}"):
+        bundle.compiled_model(hardware_accel=accelerator_flags(args.accelerator))
+    return bundle
 
 
 def _answer(bundle: Any, text: str, args: Any) -> None:
@@ -26,13 +32,13 @@ def _answer(bundle: Any, text: str, args: Any) -> None:
 
 
 def run_generate(args: Any) -> int:
-    _answer(_bundle(args.file), args.prompt, args)
+    _answer(_bundle(args), args.prompt, args)
     return 0
 
 
 def run_chat(args: Any) -> int:
     """One answer per line of input, until end of input (or "/exit")."""
-    bundle = _bundle(args.file)
+    bundle = _bundle(args)
     interactive = sys.stdin.isatty()
     while True:
         if interactive:
@@ -47,7 +53,8 @@ def run_chat(args: Any) -> int:
 
 def _common(p: Any) -> None:
     p.add_argument("file", metavar="FILE", type=Path, help="a .litertlm bundle (model, tokenizer, LLM metadata)")
-    p.add_argument("--max-tokens", type=int, default=64, help="new tokens at most (default 64)")
+    p.add_argument("--max-tokens", type=count(1), default=64, help="new tokens at most (default 64)")
+    p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help=ACCELERATOR_HELP)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed")
 

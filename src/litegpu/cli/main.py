@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from ..errors import LiteGpuError
 from . import (batch_cmd, bench_cmd, cache_cmd, doctor_cmd, dump_cmd, explore_cmd, inspect_cmd, llm_cmd, ops_cmd,
                pack_cmd, run_cmd, serve_cmd)
+from .common import in_cli_words
 
 USAGE_ERROR = 2
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
+    return " ".join(in_cli_words(str(message)).split())
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -15,15 +15,18 @@ from .common import console, human_bytes
 
 def pack(src: Path, dst: Path, extended: bool | None, threshold: int, show_progress: bool = True,
          file_format: str | None = None) -> dict:
+    import sys
+
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
     model = read_model(src)
     if dst.exists() and dst.resolve() == Path(src).resolve():
         raise WriteError(f"{dst}: output is the input file; write to another path")
     total = constant_bytes(model)
-    out = console()
-    with Progress(TextColumn("writing constants"), BarColumn(), DownloadColumn(), console=out,
-                  disable=not show_progress, transient=True) as progress:
+    # on stderr, and only on a terminal: elsewhere a transient bar leaves a blank line in the output
+    with Progress(TextColumn("writing constants"), BarColumn(), DownloadColumn(), console=Console(file=sys.stderr),
+                  disable=not (show_progress and sys.stderr.isatty()), transient=True) as progress:
         task = progress.add_task("write", total=max(total, 1))
         write_model(model, dst, extended_buffers=extended, threshold=threshold, file_format=file_format,
                     progress=lambda n: progress.advance(task, n))

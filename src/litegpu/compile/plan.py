@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, UnsupportedOpError
 from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
 from ..ir.macs import model_macs, ops_macs
+from .choices import SAME_OPS, WHOLE, known_whole_choice, remember_timed
 from .float_view import DATA_MOVEMENT_OPS
 from ..ops import Target, lookup
 
@@ -656,26 +657,37 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     # engines given are the ones to use (CpuOptions.engines); without any, OpenVINO where it is installed
     openvino = engines.get("openvino") if engines is not None else _installed_openvino()
     litert = (engines or {}).get("litert")
-    takes_whole = litert is not None and litert.model_refusal(model) is None
-    if takes_whole and openvino is not None and litert.cached_choice(model, WHOLE, openvino) == "litert":
-        return _litert_plan(model, flags)  # a warm start: no OpenVINO, no op support to ask
+    # what is known without timing (compile.choices): a verdict kept by an earlier start, the op mix, the size
+    known = known_whole_choice(model, litert, openvino) if litert is not None and openvino is not None else None
+    if known is not None and known[0] == "litert" and litert.model_refusal(model) is None:
+        logger.info("%s: the official interpreter runs it whole: %s", model.source, known[1])
+        return _litert_whole(model, flags, litert, openvino, remember=known[1] == SAME_OPS)
+
+    def takes_whole() -> bool:
+        """Whether the official interpreter loads the model, asked where it matters (it loads the model to answer,
+        and packs its weights): a verdict for OpenVINO was reached where it did, and is not asked again."""
+        return litert is not None and ((known is not None and known[0] != "litert")
+                                       or litert.model_refusal(model) is None)
+
+    if openvino is None and takes_whole():
+        return _litert_plan(model, flags)  # no other fast engine: XLA's exact kernels would only be slower
     if openvino is not None and not openvino.available():  # installed (fast_cpu_engines), but cannot start here
         logger.info("OpenVINO is installed but cannot run here: the fast CPU path goes without it")
         openvino = None
     try:
         chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
     except UnsupportedOpError:
-        if not takes_whole:
+        if not takes_whole():
             raise
         return _litert_whole(model, flags, litert, openvino)  # ops litegpu lacks, which the interpreter has
     if litert is None:
         return chosen
-    if takes_whole and _litert_is_faster(model, chosen, litert, openvino):
+    if _litert_is_faster(model, chosen, litert, openvino, known) and takes_whole():
         return _litert_whole(model, flags, litert, openvino)
     litert.forget(model)  # the interpreter made to time it
     if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
         mixed = _litert_partitions(model, chosen, litert, openvino)
-        if takes_whole and Target.OPENVINO not in {p.target for p in mixed.partitions}:
+        if Target.OPENVINO not in {p.target for p in mixed.partitions} and takes_whole():
             # OpenVINO kept nothing: the ops it refused run on the interpreter's own kernels too, instead of
             # XLA partitions with a boundary each side (selfie segmentation: 0.81 -> 1.0x XNNPACK)
             for p in mixed.partitions:
@@ -738,13 +750,16 @@ def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
                           notes=tuple(notes))
 
 
-def _litert_whole(model: Model, flags: int, litert: object, openvino: object | None) -> DelegationPlan:
+def _litert_whole(model: Model, flags: int, litert: object, openvino: object | None, remember: bool = True
+                  ) -> DelegationPlan:
     """The whole model on the official interpreter, decided by timing or without it (XLA alone would run it
-    slower, or lacks an op): the verdict is kept in the compile cache either way, so that a warm start plans
-    the model without loading OpenVINO and without asking which ops XLA supports."""
+    slower, or lacks an op): the verdict is kept in the compile cache (``remember``: unless it was read from there
+    or a rule gave it, ``compile.choices``), so that a warm start plans the model without loading OpenVINO and
+    without asking which ops XLA supports."""
     if openvino is not None:
         openvino.forget(model)  # the partitions compiled to plan and time it
-        litert.remember_choice(model, WHOLE, openvino, "litert")
+        if remember:
+            litert.remember_choice(model, WHOLE, openvino, "litert")
     return _litert_plan(model, flags)
 
 
@@ -752,7 +767,8 @@ def _litert_plan(model: Model, flags: int) -> DelegationPlan:
     return DelegationPlan(flags, "CPU", Target.LITERT, _whole_model(model, CPU, Target.LITERT), num_ops=_count(model))
 
 
-def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, openvino: object | None) -> bool:
+def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, openvino: object | None,
+                      known: tuple[str, str] | None = None) -> bool:
     """Whether the official interpreter (XNNPACK) should run the whole model instead of ``chosen``.
 
     - Against XLA (and numpy) alone -- integer models, resource variables, ops OpenVINO refuses --
@@ -760,18 +776,25 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, open
       (BENCHMARKS.md, "exact" column), and faster only on big float models, which OpenVINO takes.
     - Against a model split between OpenVINO and XLA: not here; ``_litert_partitions`` times OpenVINO's
       partitions against the interpreter, and the whole model goes to it when OpenVINO keeps none.
-    - Against OpenVINO alone: measured, on models of at most ``LITERT_MEASURE_MAX_MACS``; which is faster
-      depends on the CPU and the model (BENCHMARKS.md: OpenVINO wins on big CNNs, XNNPACK on small mobile
-      CNNs, and on transformers on one machine but not the other); OpenVINO ran faster on every bigger model.
+    - Against OpenVINO alone: the verdict ``known`` without timing (``compile.choices``), else measured on
+      models of at most ``LITERT_MEASURE_MAX_MACS``; which is faster depends on the CPU and the model
+      (BENCHMARKS.md: OpenVINO wins on big CNNs, XNNPACK on small mobile CNNs, and on transformers on one
+      machine but not the other); OpenVINO ran faster on every bigger model.
     """
     targets = {p.target for p in chosen.partitions}
     if Target.OPENVINO not in targets:
         return True
     if targets != {Target.OPENVINO} or openvino is None:
         return False
+    if known is not None:
+        if known[1] == SAME_OPS:  # this model's own from now on
+            litert.remember_choice(model, WHOLE, openvino, known[0])
+        return known[0] == "litert"
     if model_macs(model) > LITERT_MEASURE_MAX_MACS:
         return False
-    return litert.faster_than(model, [p.op_range() for p in chosen.partitions], openvino, WHOLE) == "litert"
+    winner = litert.faster_than(model, [p.op_range() for p in chosen.partitions], openvino, WHOLE)
+    remember_timed(model, litert, openvino, winner)
+    return winner == "litert"
 
 
 def _litert_partitions(model: Model, chosen: DelegationPlan, litert: object, openvino: object) -> DelegationPlan:
@@ -800,8 +823,6 @@ CPU_KERNELS = ("fast", "builtin", "reference")
 LITERT_MEASURE_MAX_MACS = 20_000_000_000
 # Calls per timed round when a lowered circle model is timed against XLA (``_lowered_is_faster``).
 TIMED_BLOCK_CALLS = 20
-# The scope of a timing verdict that covers the whole model (its entry subgraphs).
-WHOLE = "whole model"
 # An OpenVINO run of ops inside a model split between engines is worth its partition (host copies of
 # its edges, one more dispatch each side: about 0.1 ms) only when it holds real work: at least this
 # many multiply-accumulates in its matrix products and convolutions (about 1 ms of XLA CPU work).  At

@@ -45,6 +45,7 @@ class Decoder:
         # Tables reachable through shared offsets could otherwise make decoding
         # exponential; a legitimate table occupies at least 4 bytes of its own.
         self.table_budget = self.size // 4 + 64
+        self._plans: dict[str, list] = {}
 
     def fail(self, path: str, message: str) -> ModelFormatError:
         return ModelFormatError(f"{self.where}: {path}: {message}")
@@ -97,12 +98,9 @@ class Decoder:
             raise self.fail(path, f"table at byte {pos} has invalid size {obj_len}")
         self._check(pos, obj_len, path, "table")
         out: dict[str, Any] = {}
-        for f in table.fields:
-            if f.deprecated:
-                continue
+        for f, kind in self._fields(table_name):
             fpath = f"{path}.{f.name}"
             fpos = self._field_pos(pos, vtable, vt_len, obj_len, f.slot, fpath)
-            kind = self.schema.kind(f.type)
             if kind == "union":
                 tpos = self._field_pos(pos, vtable, vt_len, obj_len, f.slot - 1, fpath + "_type")
                 code = self.scalar("ubyte", tpos, fpath + "_type") if tpos is not None else 0
@@ -129,6 +127,15 @@ class Decoder:
             else:
                 raise self.fail(fpath, f"struct fields ({f.type}) are not used by the TFLite or circle schemas")
         return out
+
+    def _fields(self, table_name: str) -> list[tuple[Any, str]]:
+        """A table's fields that are not deprecated, each with its kind (``Schema.kind``), worked out once per
+        table and decoder rather than once per field read."""
+        found = self._plans.get(table_name)
+        if found is None:
+            found = self._plans[table_name] = [(f, self.schema.kind(f.type))
+                                               for f in self.schema.tables[table_name].fields if not f.deprecated]
+        return found
 
     def _field_pos(self, pos: int, vtable: int, vt_len: int, obj_len: int, slot: int,
                    path: str) -> int | None:

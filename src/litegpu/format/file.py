@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import mmap
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Union
@@ -123,8 +122,12 @@ class _TrackingDecoder(Decoder):
         self.end = 0
 
     def _check(self, pos: int, length: int, path: str, what: str) -> None:
-        super()._check(pos, length, path, what)
-        self.end = max(self.end, pos + length)
+        # the decoder's hottest call (once per value read): the base check and the furthest byte, inline
+        end = pos + length
+        if pos < 0 or length < 0 or end > self.size:
+            super()._check(pos, length, path, what)  # raises, naming the place
+        if end > self.end:
+            self.end = end
 
 
 def decode_model(source: ModelSource) -> RawModel:
@@ -149,14 +152,13 @@ def encode_model(root: dict, size_hint: int = 0, fmt: FileFormat = TFLITE) -> by
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
     """Write through a temp file in the same folder, then rename over ``path``.
 
-    A failure (or a crash) leaves any earlier file at ``path`` untouched.
+    A failure (or a crash) leaves any earlier file at ``path`` untouched.  The file gets the permissions any new
+    file gets (0666 less the umask: readable by others where the user's umask says so), not ``mkstemp``'s 0600:
+    a model written for a colleague must be readable by them.
     """
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise WriteError(f"{path}: cannot create a file in {folder} ({e.strerror})") from None
+    fd, tmp = _new_temp_file(path, folder)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -171,6 +173,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         if isinstance(e, OSError):
             raise WriteError(f"{path}: write failed ({e.strerror or e})") from None
         raise
+
+
+def _new_temp_file(path: Path, folder: Path) -> tuple[int, str]:
+    """A new file beside ``path`` that no other writer has (a random name, created exclusively)."""
+    import secrets
+
+    for _ in range(16):
+        tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), str(tmp)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise WriteError(f"{path}: cannot create a file in {folder} ({e.strerror})") from None
+    raise WriteError(f"{path}: cannot create a temp file in {folder} (every name tried exists)")
 
 
 def write_bytes(path: str | os.PathLike, data: bytes | bytearray | io.BytesIO) -> None:

@@ -146,29 +146,26 @@ class Schema:
         return out
 
 
+# A comment, a token (string, number, identifier, punctuation), or anything else: an error.
 _TOKEN = re.compile(
-    r"""\s*(?:
-        (?P<comment>//[^\n]*)
-      | (?P<string>"[^"]*")
-      | (?P<number>[-+]?(?:0x[0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+))
-      | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
-      | (?P<punct>[{}()\[\]:;,=])
-    )""",
+    r"""(//[^\n]*)
+      | ("[^"]*"
+         | [-+]?(?:0x[0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)
+         | [A-Za-z_][A-Za-z0-9_.]*
+         | [{}()\[\]:;,=])
+      | (\S)""",
     re.VERBOSE,
 )
 
 
 def _tokenize(text: str) -> list[str]:
-    tokens, pos = [], 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            if text[pos:].strip() == "":
-                break
-            raise ValueError(f"schema.fbs: cannot parse near {text[pos:pos + 40]!r}")
-        pos = m.end()
-        if m.lastgroup != "comment":
-            tokens.append(m.group(m.lastgroup))
+    tokens = []
+    for found in _TOKEN.finditer(text):  # one pass in C over the file (every start parses it once)
+        _, token, bad = found.groups()
+        if token:
+            tokens.append(token)
+        elif bad:
+            raise ValueError(f"schema.fbs: cannot parse near {text[found.start():found.start() + 40]!r}")
     return tokens
 
 

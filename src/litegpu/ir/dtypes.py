@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 
-import ml_dtypes
 import numpy as np
 
 from ..errors import ModelFormatError
@@ -33,8 +32,8 @@ _NUMPY = {
     "float32": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8,
     "int64": np.int64, "bool": np.bool_, "int16": np.int16, "complex64": np.complex64,
     "int8": np.int8, "float64": np.float64, "complex128": np.complex128, "uint64": np.uint64,
-    "uint32": np.uint32, "uint16": np.uint16, "bfloat16": ml_dtypes.bfloat16,
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
+    "uint32": np.uint32, "uint16": np.uint16,
+    # (bfloat16 and the float8 types: ml_dtypes', added by ``_numpy_types`` when first asked for)
     # Stored packed; the unpacked values live in the next wider type.
     "int4": np.int8, "uint4": np.uint8, "int2": np.int8,
     # Opaque handles and strings are carried as raw bytes / object ids.
@@ -67,13 +66,30 @@ def to_tflite(dtype: str) -> str:
     return _TO_TFLITE[dtype]
 
 
+# Types numpy has through ml_dtypes, whose import (a tenth of a warm start's) waits until a model has one.
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+# Every IR dtype name.
+DTYPE_NAMES = (*_NUMPY, *_ML_DTYPES)
+
+
+def _numpy_types() -> dict[str, type]:
+    if _ML_DTYPES[0] not in _NUMPY:
+        import ml_dtypes
+
+        _NUMPY.update({name: getattr(ml_dtypes, name) for name in _ML_DTYPES})
+    return _NUMPY
+
+
 def numpy_dtype(dtype: str) -> np.dtype:
-    return np.dtype(_NUMPY[dtype])
+    found = _NUMPY.get(dtype)
+    return np.dtype(found if found is not None else _numpy_types()[dtype])
 
 
 def from_numpy(dtype: np.dtype | type) -> str:
     dtype = np.dtype(dtype)
-    for name, np_type in _NUMPY.items():
+    for name, np_type in _numpy_types().items():
         if name not in SUB_BYTE_BITS and name not in BLOCK_LAYOUTS and np.dtype(np_type) == dtype \
                 and name not in ("resource", "variant"):
             return name
@@ -101,7 +117,11 @@ def _sub_byte_table(dtype: str, out: str | None = None) -> np.ndarray:
     if dtype != "uint4":
         signed = values.astype(np.int8)
         values = np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed).astype(np.int8)
-    return values if out is None else values.astype(getattr(ml_dtypes, out))
+    if out is None:
+        return values
+    import ml_dtypes  # only here and in ``_numpy_types``: its import is a tenth of a warm start's
+
+    return values.astype(getattr(ml_dtypes, out))
 
 
 def unpack_sub_byte(raw: np.ndarray, dtype: str, num_elements: int, out: str | None = None) -> np.ndarray:

@@ -33,6 +33,30 @@ def read_model(source: ModelSource) -> Model:
     return model_from_raw(decode_model(source))
 
 
+def _values(vector: Any) -> tuple:
+    """A decoded scalar vector (a numpy view into the file) as a tuple of Python ints or floats; () where absent.
+    ``tolist`` converts in C: per element in Python, the quantization parameters of an int8 model's tensors were
+    a third of its load."""
+    if vector is None:
+        return ()
+    return tuple(vector.tolist() if isinstance(vector, np.ndarray) else vector)
+
+
+def operator_code(raw: Mapping, circle: bool = False) -> int:
+    """The op code a decoded OperatorCode table means.  TFLite keeps it in two fields: the byte
+    ``deprecated_builtin_code`` (codes up to 127, the only field older writers fill) and the wide
+    ``builtin_code`` (which such files leave at its default, 0, ADD); the op is the larger of the two."""
+    new = raw.get("builtin_code")
+    new = int(builtin_codes().get(new, new)) if isinstance(new, str) else int(new or 0)
+    deprecated = int(raw.get("deprecated_builtin_code") or 0)
+    if circle:
+        # As ONE's loaders read it: the wide field where it holds a code past the byte's range, the
+        # byte field otherwise, which is where circle's negative codes live (tico writes them in
+        # both fields, older tools in the byte only, leaving the wide one 0).
+        return new if new >= PLACEHOLDER_FOR_GREATER_OP_CODES else deprecated
+    return max(new, deprecated)
+
+
 def with_ir_defaults(table_name: str | None, decoded: Mapping | None) -> dict[str, Any]:
     """A decoded options / quantization-details table as the IR holds it: every field of the IR's
     definition of the table (TFLite's where both formats have it), decoded values over defaults."""
@@ -109,17 +133,7 @@ class _Loader:
         return Buffer(data if data is not None and data.size else None)
 
     def opcode(self, i: int, raw: Mapping) -> tuple[str, int | None, int]:
-        codes = builtin_codes()
-        new = raw.get("builtin_code")
-        new = codes.get(new, new) if isinstance(new, str) else int(new or 0)
-        deprecated = int(raw.get("deprecated_builtin_code") or 0)
-        if self.raw.file_format is CIRCLE:
-            # As ONE's loaders read it: the wide field where it holds a code past the byte's range, the
-            # byte field otherwise, which is where circle's negative codes live (tico writes them in
-            # both fields, older tools in the byte only, leaving the wide one 0).
-            code = int(new) if int(new) >= PLACEHOLDER_FOR_GREATER_OP_CODES else deprecated
-        else:
-            code = max(int(new), deprecated)
+        code = operator_code(raw, self.raw.file_format is CIRCLE)
         version = int(raw.get("version") or 1)
         if code == CUSTOM_CODE:
             custom = raw.get("custom_code")
@@ -142,7 +156,7 @@ class _Loader:
         if compression != "NONE":
             raise self.fail(f"{where} holds {compression}-compressed data, which litegpu cannot read "
                             "(only uncompressed weights)")
-        shape = tuple(int(d) for d in (raw.get("shape") if raw.get("shape") is not None else ()))
+        shape = _values(raw.get("shape"))
         if len(shape) > MAX_RANK:
             raise self.fail(f"{where} has rank {len(shape)}, more than {MAX_RANK}")
         if any(d < 0 for d in shape):
@@ -150,7 +164,7 @@ class _Loader:
         signature = raw.get("shape_signature")
         shape_signature = None
         if signature is not None and len(signature):
-            shape_signature = tuple(int(d) for d in signature)
+            shape_signature = _values(signature)
             if len(shape_signature) != len(shape) or any(d < -1 for d in shape_signature):
                 raise self.fail(f"{where} has shape_signature {list(shape_signature)} that does not "
                                 f"match shape {list(shape)}")
@@ -172,8 +186,7 @@ class _Loader:
     def quantization(self, raw: Mapping | None, shape: tuple[int, ...], where: str) -> Quantization | None:
         if raw is None:
             return None
-        scale = tuple(float(s) for s in raw["scale"]) if raw.get("scale") is not None else ()
-        zero_point = tuple(int(z) for z in raw["zero_point"]) if raw.get("zero_point") is not None else ()
+        scale, zero_point = _values(raw.get("scale")), _values(raw.get("zero_point"))
         details = None
         if raw.get("details") is not None:
             kind = raw.get("details_type")
@@ -190,8 +203,7 @@ class _Loader:
                 raise self.fail(f"{where}: {len(scale)} per-channel scales for dimension {axis} "
                                 f"of size {shape[axis]}")
         return Quantization(scale=scale, zero_point=zero_point, quantized_dimension=axis,
-                            min=tuple(float(v) for v in raw["min"]) if raw.get("min") is not None else (),
-                            max=tuple(float(v) for v in raw["max"]) if raw.get("max") is not None else (),
+                            min=_values(raw.get("min")), max=_values(raw.get("max")),
                             details=details)
 
     def operator(self, sg: int, i: int, raw: Mapping, opcodes: list, num_tensors: int) -> Operator:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, ModelExecutionError, ModelFormatError
 from ..ir import Operator, Subgraph, numpy_dtype
-from ..ir.dtypes import _NUMPY as _ALL_DTYPES
+from ..ir.dtypes import DTYPE_NAMES
 from ._custom_options import flex_options
 from .registry import Op, OpContext, Target, find, register, unregister_custom
 
@@ -61,7 +61,7 @@ def _call(fn: Callable, inputs: Sequence[Any], op: Operator) -> Any:
 class PythonCustomOp(Op):
     """Base of the ops made by ``register_custom_op``; each registration makes a subclass."""
 
-    dtypes = tuple(_ALL_DTYPES)
+    dtypes = DTYPE_NAMES
     fn: Callable | None = None
     shape_fn: Callable | None = None
     jax_fn: Callable | None = None

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import ir
 from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, DelegationPlan, plan_model
+from ..compile.choices import obvious_by_size
 from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
                       TensorBufferError)
 from ..ir import numpy_dtype
@@ -137,8 +138,10 @@ def litegpu_version() -> str:
     return __version__
 
 
-def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
+def _model_fingerprint(model: ir.Model) -> str:
     """The default model token: a hash of the file's bytes (streamed over a memory map)."""
+    from ..backends.cache import fingerprint
+
     if model.source and os.path.isfile(model.source):
         import mmap
 
@@ -148,6 +151,23 @@ def _model_fingerprint(model: ir.Model, fingerprint: Any) -> str:
     from ..ir.save import to_bytes
 
     return fingerprint(to_bytes(model, file_format(model.file_format)))
+
+
+def open_cache(options: Options) -> Any:
+    """The compile cache ``options`` ask for: the directory they name, else the default one
+    (``backends.cache.default_cache_dir``); None where it is off."""
+    if not options.compile_cache:
+        return None
+    from ..backends.cache import CompileCache, open_default_cache
+
+    named = options.cache_dir
+    return CompileCache(named) if named else open_default_cache()
+
+
+def model_cache_key(model: ir.Model, token: str | None = None) -> dict:
+    """What every cache entry of ``model`` is keyed by: its token (default: its bytes' fingerprint) and
+    litegpu's version."""
+    return {"model_token": token or _model_fingerprint(model), "litegpu": litegpu_version()}
 
 
 class CompiledModel:
@@ -165,7 +185,7 @@ class CompiledModel:
     """
 
     def __init__(self, model: ir.Model | Model, options: Options | None = None,
-                 environment: Environment | None = None):
+                 environment: Environment | None = None, *, model_digest: str | None = None):
         self._ir = model.ir if isinstance(model, Model) else model
         self._options = options or Options()
         self._environment = environment or Environment.create()
@@ -173,7 +193,7 @@ class CompiledModel:
         self._lock = threading.RLock()
         self._closed = False
         self._fell_back = False
-        self._cache, self._cache_key = self._open_compile_cache()
+        self._cache, self._cache_key = self._open_compile_cache(model_digest)
         self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
         self._devices = self._sharding_devices()
         if self._platform == "gpu" and self._cache is not None:
@@ -201,7 +221,11 @@ class CompiledModel:
         resolved = resolve_options(options, hardware_accel)
         if not isinstance(model_data, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(f"from_buffer takes the model's bytes, not {type(model_data).__name__}")
-        return cls(read(model_data), resolved, environment)
+        # the cache key from the bytes given: the model written out again would be a second copy of them
+        from ..backends.cache import fingerprint
+
+        digest = fingerprint(model_data) if resolved.compile_cache else None
+        return cls(read(model_data), resolved, environment, model_digest=digest)
 
     @classmethod
     def from_model(cls, model: Model | ir.Model, hardware_accel: HardwareAccelerator | int | None = None,
@@ -561,18 +585,15 @@ class CompiledModel:
                              output_dtypes)
         self._straight[s.index] = self._straight[s.key] = path
 
-    def _open_compile_cache(self) -> tuple[Any, dict]:
-        """Our executable cache when a serialization dir is set.  JAX's persistent cache is not turned on
-        here: its directory is process-wide, so it would outlive this model and catch every later model's
-        programs (``EnvironmentOptions.compile_cache_dir`` turns it on deliberately)."""
-        directory = self._options.cache_dir
-        if not directory:
+    def _open_compile_cache(self, digest: str | None = None) -> tuple[Any, dict]:
+        """The compile cache (on by default, ``Options``) and this model's key in it; ``digest``: the model's
+        bytes' fingerprint where the caller has it.  JAX's persistent cache is not turned on here: its directory
+        is process-wide, so it would outlive this model and catch every later model's programs
+        (``EnvironmentOptions.compile_cache_dir`` turns it on deliberately)."""
+        cache = open_cache(self._options)
+        if cache is None:
             return None, {}
-        from ..backends.cache import CompileCache, fingerprint
-
-        token = self._options.cache_token or _model_fingerprint(self._ir, fingerprint)
-        key = {"model_token": token, "litegpu": litegpu_version()}
-        return CompileCache(directory), key
+        return cache, model_cache_key(self._ir, self._options.cache_token or digest)
 
     def _engines(self, cache_key: dict | None = None) -> dict[str, Any]:
         """The CPU engines the planner may ask, holding this model's compile cache (OpenVINO's answer on
@@ -611,6 +632,9 @@ class CompiledModel:
             if (self._options.cpu_options.kernels != "fast" or (allowed is not None and "openvino" not in allowed)
                     or not fidelity.dynamic_range_only(self._ir)):
                 self._hybrid = fidelity.HybridVerdict(False, "not a dynamic-range model on the fast path")
+            elif obvious_by_size(self._ir):  # the official interpreter runs it untimed (compile.choices)
+                self._hybrid = fidelity.HybridVerdict(False, "not measured: a small model, which the official "
+                                                             "interpreter runs without timing")
             else:
                 from ..backends.openvino import OpenVinoEngine
 

@@ -13,6 +13,8 @@ backend (TFLite's builtin reference semantics).  With
 intermediate tensor, readable through ``get_tensor``: run the official
 interpreter and this one side by side to find the first op that differs.
 Errors are ``ValueError``/``RuntimeError`` subclasses, as in the official package.
+Compiled programs go to the compile cache (``backends.cache``: on by default, ``LITEGPU_CACHE_DIR=""`` turns it
+off), so a second process loads them instead of compiling again.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Interpreter:
             warnings.warn("litegpu ignores experimental_delegates (TFLite delegate libraries); use "
                           "litegpu.CompiledModel with HardwareAccelerator.GPU to run on a GPU", stacklevel=2)
         self._model: ir.Model = read(model_path if model_path else model_content)
+        self._content = None if model_path else model_content  # hashed for the cache key, never written out
         self._preserve = bool(experimental_preserve_all_tensors)
         self._use_reference = resolver in _REFERENCE_RESOLVERS or self._preserve
         # XLA runs the model as CompiledModel's CPU plan sees it (rewritten for tracing: e.g. a WHILE-loop RNN's
@@ -116,8 +119,22 @@ class Interpreter:
             if self._state is None:
                 # the builtin kernels, as the official Interpreter's default: their float order too
                 self._state = XlaState(self._xla_model, device_for("cpu"), official_float_order=True)
-            self._xla[subgraph] = XlaBackend(self._xla_model, subgraph, "cpu", state=self._state)
+            cache, key = self._compile_cache()
+            self._xla[subgraph] = XlaBackend(self._xla_model, subgraph, "cpu", state=self._state, cache=cache,
+                                             cache_key=key)
         return self._xla[subgraph]
+
+    def _compile_cache(self) -> tuple[Any, dict]:
+        """The default compile cache and this model's key in it (the Interpreter's programs kept apart from
+        CompiledModel's); (None, {}) where the cache is off."""
+        from ..backends.cache import fingerprint, open_default_cache
+        from .compiled_model import model_cache_key
+
+        cache = open_default_cache()
+        if cache is None:
+            return None, {}
+        digest = fingerprint(self._content) if self._content is not None else None
+        return cache, {**model_cache_key(self._model, digest), "api": "Interpreter", "float_order": "builtin kernels"}
 
     def _execute(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         with self._lock:

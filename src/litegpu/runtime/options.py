@@ -156,12 +156,17 @@ def check_model_token(token: str | None) -> str | None:
 
 
 class Options:
-    """Options of one compiled model (``ai_edge_litert.options.Options`` plus litegpu's cache settings)."""
+    """Options of one compiled model (``ai_edge_litert.options.Options`` plus litegpu's cache settings).
+
+    The compile cache is on by default: ``serialization_dir`` names its directory (default: ``$LITEGPU_CACHE_DIR``,
+    else the user's cache directory, ``~/.cache/litegpu`` on Linux); ``compile_cache=False`` (or
+    ``LITEGPU_CACHE_DIR=""``) turns it off.  ``model_token`` names the model in it (default: a hash of its bytes).
+    """
 
     def __init__(self, hardware_accelerators: HardwareAccelerator | int = HardwareAccelerator.CPU,
                  cpu_options: CpuOptions | None = None, gpu_options: GpuOptions | None = None,
                  serialization_dir: str | None = None, model_token: str | None = None, devices: Any = None,
-                 **vendor_options: Any):
+                 compile_cache: bool = True, **vendor_options: Any):
         try:
             flags = int(hardware_accelerators)
         except (TypeError, ValueError):
@@ -174,6 +179,9 @@ class Options:
         self._gpu_options = gpu_options
         self.serialization_dir = serialization_dir
         self.model_token = check_model_token(model_token)
+        if not isinstance(compile_cache, bool):
+            raise InvalidArgumentError(f"compile_cache is True or False, not {compile_cache!r}")
+        self.compile_cache = compile_cache
         # litegpu's: several devices of the accelerator ("all", a count, indices or JAX devices); the big
         # matrix weights are split over them and the KV cache by head (litegpu.backends.sharding)
         if devices is not None and not isinstance(devices, (str, int, list, tuple)):
@@ -205,6 +213,7 @@ class Options:
 
     @property
     def cache_dir(self) -> str | None:
+        """The compile cache directory these options name (None: the default one, ``backends.cache``)."""
         return self.serialization_dir or self.gpu_options.serialization_dir
 
     @property
@@ -214,8 +223,8 @@ class Options:
     def __repr__(self) -> str:
         return (f"Options(hardware_accelerators={self.hardware_accelerators!r}, cpu_options={self._cpu_options!r}, "
                 f"gpu_options={self._gpu_options!r}, serialization_dir={self.serialization_dir!r}, "
-                f"model_token={self.model_token!r}" + (f", devices={self.devices!r})" if self.devices is not None
-                                                         else ")"))
+                f"model_token={self.model_token!r}" + ("" if self.compile_cache else ", compile_cache=False")
+                + (f", devices={self.devices!r})" if self.devices is not None else ")"))
 
 
 def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator | int | None) -> Options:

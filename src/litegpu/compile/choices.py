@@ -1,0 +1,106 @@
+"""When and where the fast CPU path's engine choice is made, and where it is kept.
+
+On the fast CPU path the official interpreter (XNNPACK) and OpenVINO may both run a model whole; which is
+faster depends on the CPU and the model, and finding out (``backends.litert.LiteRtEngine.faster_than``) costs a
+first start converting and compiling the model for OpenVINO and timing both engines: a second or more, for a
+model that may run in a millisecond.  So before timing, the planner asks what is already known
+(``known_whole_choice``), in this order:
+
+1. **this model's verdict**, kept in the compile cache by an earlier start that timed the engines or converted
+   the model to find it: a second start times nothing, converts nothing, and loads only the engine chosen (a
+   verdict for OpenVINO does not load the official interpreter);
+2. **the model's size**: at most ``OBVIOUS_MAX_MACS`` multiply-accumulates per run, the official interpreter
+   runs it without timing;
+3. **the op mix**: where the ops OpenVINO may run at all (its policy: no integer arithmetic by default, no
+   state, ...) do no multiply-accumulates, OpenVINO would keep no partition (``plan.MIN_OPENVINO_RUN_MACS``)
+   and the official interpreter runs the model (integer models: no OpenVINO import, no conversion);
+4. **an earlier verdict on a model of the same ops** (same op types, options, tensor shapes and types; other
+   weights: a fine-tuned or re-converted model), kept in the cache for any model of that structure.
+
+Only a model past all four is timed, and its verdict is kept as 1 and 4; a verdict found as 4 is kept as 1.  The
+two rules (2 and 3) cost a start less than reading a kept verdict would save, and are not kept: processes starting
+together would each write the same entry.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..ir import Model, entry_subgraphs
+from ..ir.macs import model_macs, ops_macs
+
+# Models up to this many multiply-accumulates per run go to the official interpreter without timing it against
+# OpenVINO.  On every model that small measured (BENCHMARKS.md: the shared models, the Keras zoo at batch 1 up to
+# MobileNetV2 at 0.3 G, issue 26's models), XNNPACK was faster or within the timing's own noise (the face
+# detector, 0.03 G: 0.40 against 0.42 ms), a call costs it about 4 us against OpenVINO's 40, and timing the two
+# cost the first start 1-2 s; the nearest model where OpenVINO won by more than a tie is NASNet-mobile, 0.56 G
+# (6.5 against 9.6 ms).
+OBVIOUS_MAX_MACS = 300_000_000
+# The scope of a verdict that covers the whole model (its entry subgraphs).
+WHOLE = "whole model"
+# How ``known_whole_choice`` says where a verdict came from: this model's own, kept by an earlier start; or one
+# timed on a model of the same ops (kept as this model's own from then on).
+REMEMBERED = "remembered in the compile cache"
+SAME_OPS = "timed on a model of the same ops"
+
+
+def obvious_by_size(model: Model) -> bool:
+    """Whether ``model`` is small enough for the official interpreter to run without timing (``OBVIOUS_MAX_MACS``)."""
+    return model_macs(model) <= OBVIOUS_MAX_MACS
+
+
+def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, str] | None:
+    """("litert" or "openvino", how it is known) where the engine that runs ``model`` whole is known without
+    timing (see the module doc), else None.  ``litert`` and ``openvino`` are the planner's engines, which hold
+    the model's compile cache."""
+    remembered = litert.cached_choice(model, WHOLE, openvino)
+    if remembered is not None:
+        return remembered, REMEMBERED
+    if obvious_by_size(model):
+        return "litert", f"a small model (at most {OBVIOUS_MAX_MACS / 1e6:.0f} M multiply-accumulates a run)"
+    if openvino_work(model, openvino) == 0:
+        return "litert", "the ops OpenVINO may run do no multiply-accumulates (integer arithmetic is kept off it)"
+    by_structure = litert.cached_choice(model, structure_scope(model), openvino, any_model=True)
+    if by_structure is not None:
+        return by_structure, SAME_OPS
+    return None
+
+
+def remember_timed(model: Model, litert: Any, openvino: Any, winner: str) -> None:
+    """Keep a timed whole-model verdict for any model of the same ops (the model's own is kept by the timing)."""
+    litert.remember_choice(model, structure_scope(model), openvino, winner, any_model=True)
+
+
+def openvino_work(model: Model, openvino: Any) -> int:
+    """Multiply-accumulates of the ops OpenVINO's policy lets it run (``backends.openvino.policy_reason``: asked
+    without loading OpenVINO or converting the model); its converter may refuse some of these too."""
+    from ..backends.openvino import policy_reason
+
+    approximate = getattr(getattr(openvino, "settings", None), "approximate_integers", False)
+    total = 0
+    for index in entry_subgraphs(model):
+        sg = model.subgraphs[index]
+        allowed = [op.index for op in sg.operators if policy_reason(model, sg, op, approximate) is None]
+        total += ops_macs(sg, allowed)
+    return total
+
+
+def structure_scope(model: Model) -> str:
+    """A verdict's scope for every model of the same ops: op types and options, and the shapes and types of the
+    tensors they read and write (whether each is a constant), over every subgraph; not the weights' values."""
+    from ..backends.cache import make_key
+
+    parts = []
+    for sg in model.subgraphs:
+        ops = []
+        for op in sg.operators:
+            tensors = [(sg.tensors[t].shape, sg.tensors[t].dtype, sg.tensors[t].data is not None) if t >= 0 else None
+                       for t in (*op.inputs, *op.outputs)]
+            ops.append((op.opcode_name, json.dumps(dict(op.options), sort_keys=True, default=str), tensors))
+        parts.append((list(sg.inputs), list(sg.outputs), ops))
+    return f"{WHOLE} of structure {make_key({'subgraphs': parts})}"
+
+
+__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
+           "structure_scope"]
