@@ -2,7 +2,9 @@
 
 XLA's GPU compiler runs without a device when it is given the card's description (``litegpu.backends.deviceless``).
 For every program litegpu would run on the GPU for a model (each signature, or each GPU partition of a split plan;
-for LLM decoders also the generation loop), it prints: the kernels a call launches, the device bytes of the weights
+for LLM decoders also the generation loop and continuous batching's batched decode step at 8, 32 and 64 sequences
+(``--batched-slots``), with the bytes a token reads there: the weights, shared by the sequences of a step, and its
+own KV cache), it prints: the kernels a call launches, the device bytes of the weights
 against the weight bytes in the file, the temporary bytes of a call, how many constant elements are compiled into
 the program (a weight compiled in as a constant is a compile-time and memory problem), and every weight that some
 buffer of the program holds wider than stored (a converted copy: an int8 weight materialized as float32).  It times
@@ -65,6 +67,13 @@ class ProgramReport:
     widened: list[str] = field(default_factory=list)   # weights some buffer holds wider than stored
     compile_s: float = 0.0
     note: str = ""
+    sequences: int = 0            # generation programs: the sequences one decode step serves
+    cache_bytes: int = 0          # the KV cache of one sequence (every step reads all of it: litert-torch's exports)
+
+    @property
+    def read_per_token(self) -> int:
+        """Bytes a token reads: the weights, shared by the step's sequences, and its own KV cache."""
+        return self.weight_bytes // self.sequences + self.cache_bytes if self.sequences else 0
 
     @property
     def ratio(self) -> float:
@@ -272,7 +281,7 @@ def file_bytes_read(sg: Any, ops: Any, original: Any) -> int:
 
 
 def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, hlo_dir: Path | None = None,
-                generation: bool = True) -> list[ProgramReport]:
+                generation: bool = True, batched_slots: tuple[int, ...] = ()) -> list[ProgramReport]:
     """Compile every GPU program litegpu makes for ``model`` (an ``ir.Model``) for ``target``; one report each."""
     from litegpu.backends.xla import XlaBackend, XlaState, array_bytes
     from litegpu.compile import CPU, GPU
@@ -332,34 +341,48 @@ def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, 
             found["widened"], time.perf_counter() - started,
             "" if whole else f"split plan: {chosen.summary() if hasattr(chosen, 'summary') else ''}"))
     if whole and generation:
-        reports.extend(_generation_programs(model, name, compiled_model, state, precision, hlo_dir))
+        reports.extend(_generation_programs(model, name, compiled_model, state, precision, hlo_dir, batched_slots))
     return reports
 
 
 def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any, precision: str,
-                         hlo_dir: Path | None) -> list[ProgramReport]:
-    """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla_generate``)."""
+                         hlo_dir: Path | None, slots: tuple[int, ...] = ()) -> list[ProgramReport]:
+    """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla_generate``), and the
+    batched decode step of continuous batching at each of ``slots`` sequences (``backends.xla_batched_decode``)."""
     from litegpu.backends.xla import XlaBackend, array_bytes
-    from litegpu.backends.xla_generate import deviceless_generation_programs
+    from litegpu.backends.xla_batched_decode import deviceless_batched_programs
+    from litegpu.backends.xla_generate import DEFAULT_CHUNK, deviceless_generation_programs
 
     reports = []
     options = XlaBackend(compiled_model, 0, "gpu", precision=precision, state=state).compiler_options
-    for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision):
+    programs = [(label, lowered, keys, 1)
+                for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision)]
+    programs += deviceless_batched_programs(compiled_model, state, precision, slots) if slots else []
+    for label, lowered, keys, sequences in programs:
         started = time.perf_counter()
         compiled = lowered.compile(compiler_options=options)
         sig = next(s for s in compiled_model.signatures if s.key == "decode")
         sg = compiled_model.subgraphs[sig.subgraph_index]
+        outputs = {t.name for t in sig.outputs}
+        cache_bytes = sum(_tensor_bytes(sg.tensors[t.tensor_index]) for t in sig.inputs if t.name in outputs)
         found = analyze(compiled, weight_list(state, keys))
         if hlo_dir is not None:
             (hlo_dir / f"{name}.{label.replace(' ', '_')}.hlo.txt").write_text(compiled.as_text())
         reports.append(ProgramReport(name, label, found["kernels"], found["loop_kernels"],
                                      sum(array_bytes(state.params[k]) for k, _ in keys),
                                      file_bytes_read(sg, range(len(sg.operators)), model), found["temp_bytes"],
-                                     found["constant_elements"], found["widened"], time.perf_counter() - started))
+                                     found["constant_elements"], found["widened"], time.perf_counter() - started,
+                                     sequences=sequences, cache_bytes=cache_bytes))
     return reports
 
 
 # ---- the table --------------------------------------------------------------------------------------
+
+def _tensor_bytes(t: Any) -> int:
+    from litegpu.ir import numpy_dtype
+
+    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(numpy_dtype(t.dtype)).itemsize
+
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.2f}"
@@ -367,16 +390,17 @@ def _mb(n: int) -> str:
 
 def markdown(reports: list[ProgramReport], max_constant_elements: int) -> str:
     lines = ["| model | program | kernels (in loops) | weights on device MB | in file MB | ratio | temporaries MB "
-             "| constant elements | held wider than stored | compile s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+             "| constant elements | held wider than stored | read per token MB | compile s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in reports:
         if r.note and not r.kernels:
-            lines.append(f"| {r.model} | {r.program} | failed: {r.note} | | | | | | | |")
+            lines.append(f"| {r.model} | {r.program} | failed: {r.note} | | | | | | | | |")
             continue
         widened = ", ".join(r.widened[:3]) + (f" (+{len(r.widened) - 3})" if len(r.widened) > 3 else "") or "none"
+        per_token = _mb(r.read_per_token) if r.sequences else ""
         lines.append(f"| {r.model} | {r.program} | {r.kernels} ({r.loop_kernels}) | {_mb(r.weight_bytes)} | "
                      f"{_mb(r.file_weight_bytes)} | {r.ratio:.2f} | {_mb(r.temp_bytes)} | {r.constant_elements} | "
-                     f"{widened} | {r.compile_s:.1f} |")
+                     f"{widened} | {per_token} | {r.compile_s:.1f} |")
     return "\n".join(lines)
 
 
@@ -404,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", action="store_true", help="lower with the GPU's rules, compile for the host CPU "
                         "(no CUDA plugin needed; kernels and temporaries are then the CPU's)")
     parser.add_argument("--no-generation", action="store_true", help="skip the LLM generation-loop programs")
+    parser.add_argument("--batched-slots", type=int, nargs="*", default=[8, 32, 64],
+                        help="sequences of continuous batching's decode step to compile for LLMs (none: skip it)")
     parser.add_argument("--max-constant-elements", type=int, default=MAX_CONSTANT_ELEMENTS)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--hlo", type=Path, help="write each optimized program's HLO text into this folder")
@@ -421,12 +447,13 @@ def main(argv: list[str] | None = None) -> int:
         model = load()
         name = label if not label.startswith("decoder ") else _decoder(label.split()[1], args)[0]
         found = programs_of(model, name, target, args.precision, hlo_dir=args.hlo,
-                            generation=not args.no_generation)
+                            generation=not args.no_generation, batched_slots=tuple(args.batched_slots))
         for r in found:
             flag = "; ".join(r.problems(args.max_constant_elements)) or "ok"
             print(f"  {r.model} {r.program}: {r.kernels} kernels ({r.loop_kernels} in loops), weights "
                   f"{_mb(r.weight_bytes)} MB on device / {_mb(r.file_weight_bytes)} MB in file, temporaries "
-                  f"{_mb(r.temp_bytes)} MB, {r.constant_elements} constant elements, compile {r.compile_s:.1f} s: "
+                  f"{_mb(r.temp_bytes)} MB, {r.constant_elements} constant elements, compile {r.compile_s:.1f} s"
+                  + (f", reads {_mb(r.read_per_token)} MB per token" if r.sequences else "") + ": "
                   f"{r.note or flag}", flush=True)
         reports.extend(found)
     print()

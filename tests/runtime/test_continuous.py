@@ -103,6 +103,20 @@ def test_a_sequence_ends_at_its_stop_token_included(batcher, alone):
     assert beside.result(TIMEOUT) == alone[0]
 
 
+def test_several_steps_per_launch_give_the_same_tokens_and_drop_those_past_the_end(batcher, alone):
+    """Three steps per launch (vLLM's multi-step scheduling): counts that are no multiple of 3 and a stop token in
+    the middle of a launch end where they should; what the launch made past them is dropped."""
+    b = batcher(2, steps_per_launch=3)
+    stop = alone[2][4]
+    handles = [b.submit(p, n) for p, n in zip(PROMPTS[:2], COUNTS[:2])]
+    stopped = b.submit(PROMPTS[2], COUNTS[2], stop_tokens=[stop])
+    assert [h.result(TIMEOUT) for h in handles] == alone[:2]
+    assert stopped.result(TIMEOUT) == alone[2][:alone[2].index(stop) + 1]
+    assert b.stats()["decode_steps"] % 3 == 0
+    with pytest.raises(InvalidArgumentError, match="steps_per_launch"):
+        ContinuousBatcher(b.model, 2, steps_per_launch=0)
+
+
 def test_a_seeded_sequence_draws_the_same_tokens_alone_beside_others_and_from_generate(model, batcher):
     """Sampling per sequence (temperature, top-k, top-p) keyed by its own seed: the batch around it changes nothing,
     and it draws what litegpu.generate draws for that seed; a greedy sequence beside it stays greedy."""
@@ -146,7 +160,11 @@ def test_requests_no_step_could_serve_are_refused_at_submit(batcher):
             ([1], -1, {}, "cannot be negative"),
             ([1], 3, {"temperature": -1.0}, "cannot be negative"),
             ([1], 3, {"top_p": 0.0}, "top_p"),
-            ([1], 3, {"top_k": -2}, "top_k")]:
+            ([1], 3, {"top_k": -2}, "top_k"),
+            ([1], 3, {"temperature": float("nan")}, "temperature must be a finite number"),
+            ([1], 3, {"seed": -5}, "seed must be None or an int >= 0"),
+            ([1], 2.5, {}, "max_new_tokens must be an int"),
+            ([1], 3, {"stop_tokens": ["a"]}, "stop token must be an int")]:
         with pytest.raises(InvalidArgumentError, match=match):
             b.submit(prompt, count, **kwargs)
     assert b.submit([1] * 20, 5).result(TIMEOUT)  # exactly the cache: served

@@ -12,7 +12,10 @@ place) and the tokens the last step picked (fed to the next one on the device, n
 sequence joins after its own prefill (``insert`` writes its caches and first token into a free slot) and leaves
 by being left out (its slot is free for the next).  Slot counts compile to a few sizes (``slot_buckets``:
 1, 2, 4, ... up to the most): ``resize`` moves the sequences into a state of another size, compacting them.
-One slot runs the subgraph unbatched (no vmap), the program ``litegpu.generate`` runs per step.
+One slot runs the subgraph unbatched (no vmap), the program ``litegpu.generate`` runs per step.  A launch may
+run several steps (``steps``, a loop on the device, as vLLM's multi-step scheduling): the host's cost per launch
+is then shared by more tokens, and joins, leaves and stop tokens wait for the launch's end (the tokens a sequence
+makes past its end are dropped).
 
 Sampling per slot, as inputs of the program: temperature (0: greedy, argmax with ties to the lowest id),
 top-k (0: none), top-p (1: none) and JAX's counter-based random numbers keyed by the sequence's seed and its
@@ -31,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .xla_generate import CarriedCaches, StepLayout, top_p_cutoff
+from .xla_generate import CarriedCaches, StepLayout, deviceless_decode, top_p_cutoff
 
 # the rows of ``step``'s integer and float inputs ([rows, slots]): what each slot is fed
 POSITION, TOP_K, SEED, COUNTER = range(4)
@@ -67,10 +70,14 @@ class BatchState:
 
 
 class BatchedDecode(CarriedCaches):
-    """Decode steps for ``slots`` sequences at once (see the module docstring).  Thread-safe."""
+    """Decode steps for ``slots`` sequences at once, ``steps`` of them per launch (see the module docstring).
+    Thread-safe."""
 
-    def __init__(self, backend: Any, layout: StepLayout):
+    def __init__(self, backend: Any, layout: StepLayout, steps: int = 1):
+        if steps < 1:
+            raise ValueError(f"a launch makes at least one step, not {steps}")
         super().__init__(backend, layout)
+        self.steps = int(steps)
         self._programs = _PROGRAMS.setdefault(backend, {})
         self._lock = threading.RLock()  # the sampled step compiles the greedy one first
 
@@ -125,27 +132,27 @@ class BatchedDecode(CarriedCaches):
 
     # ---- the step -------------------------------------------------------------------------------
     def step(self, state: BatchState, fed: np.ndarray, floats: np.ndarray, sampled: bool) -> tuple[Any, BatchState]:
-        """Dispatch one decode step for every slot, without waiting: ``fed`` int32 [4, slots] (rows ``POSITION``,
-        ``TOP_K``, ``SEED``, ``COUNTER``), ``floats`` float32 [2, slots] (``TEMPERATURE``, ``TOP_P``); ``sampled``:
-        whether any slot samples.  ``state``'s caches are consumed.  Returns (the tokens picked, int32 [slots] on
-        the device, and the state for the next step, whose tokens they are)."""
+        """Dispatch ``steps`` decode steps for every slot in one launch, without waiting: ``fed`` int32 [4, slots]
+        (rows ``POSITION`` and ``COUNTER`` of the first step, ``TOP_K``, ``SEED``), ``floats`` float32 [2, slots]
+        (``TEMPERATURE``, ``TOP_P``); ``sampled``: whether any slot samples.  ``state``'s caches are consumed.
+        Returns (the tokens picked, int32 [steps, slots] on the device, and the state for the next launch)."""
         program = self.program(state.slots, sampled)
-        picked, caches = program(self.backend.params, state.caches, state.tokens, fed, floats)
-        return picked, BatchState(caches, picked)
+        picked, last, caches = program(self.backend.params, state.caches, state.tokens, fed, floats)
+        return picked, BatchState(caches, last)
 
     def program(self, slots: int, sampled: bool) -> Any:
         """The compiled step for ``slots`` slots (in the compile cache when the model has one)."""
-        what = ("step", slots, sampled, self.layout, self.groups)
+        what = ("step", slots, self.steps, sampled, self.layout, self.groups)
         with self._lock:
             if what not in self._programs:
                 self._programs[what] = self.backend.compile_program(
                     self._jitted(slots, sampled), self._specs(slots),
-                    {"batched_decode": slots, "sampled": sampled, "layout": repr(self.layout),
+                    {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
                      "stacked_caches": repr(self.groups)})
             return self._programs[what]
 
     def lowered(self, slots: int, sampled: bool = False) -> Any:
-        """The step program lowered (``bench/gpu_compile.py`` compiles it for a GPU not here)."""
+        """The launch's program lowered (``bench/gpu_compile.py`` compiles it for a GPU not here)."""
         return self._jitted(slots, sampled).lower(self.backend.params, *self._specs(slots))
 
     def formats(self, slots: int) -> list[Any]:
@@ -160,15 +167,29 @@ class BatchedDecode(CarriedCaches):
             logits, new_caches = self.decode_step(params, caches, token, position)
             return logits.reshape(-1, logits.shape[-1])[-1], new_caches
 
-        if tokens.shape[0] == 1:  # the unbatched program: what a lone sequence runs
-            logits, new_caches = one([c[0] for c in caches], tokens[0], fed[POSITION, 0])
-            logits, new_caches = logits[None], [c[None] for c in new_caches]
-        else:
-            logits, new_caches = jax.vmap(one)(caches, tokens, fed[POSITION])
-        if not sampled:
-            return jnp.argmax(logits, axis=-1).astype(jnp.int32), new_caches
-        picked = jax.vmap(_sample)(logits, fed[TOP_K], fed[SEED], fed[COUNTER], floats[TEMPERATURE], floats[TOP_P])
-        return picked, new_caches
+        def step(i: Any, caches: list, tokens: Any) -> tuple:
+            if tokens.shape[0] == 1:  # the unbatched program: what a lone sequence runs
+                logits, new_caches = one([c[0] for c in caches], tokens[0], fed[POSITION, 0] + i)
+                logits, new_caches = logits[None], [c[None] for c in new_caches]
+            else:
+                logits, new_caches = jax.vmap(one)(caches, tokens, fed[POSITION] + i)
+            if not sampled:
+                return jnp.argmax(logits, axis=-1).astype(jnp.int32), new_caches
+            return jax.vmap(_sample)(logits, fed[TOP_K], fed[SEED], fed[COUNTER] + i, floats[TEMPERATURE],
+                                     floats[TOP_P]), new_caches
+
+        if self.steps == 1:
+            picked, caches = step(0, caches, tokens)
+            return picked[None], picked, caches
+
+        def body(i: Any, carry: tuple) -> tuple:
+            caches, tokens, out = carry
+            picked, caches = step(i, caches, tokens)
+            return caches, picked, out.at[i].set(picked)
+
+        out = jnp.zeros((self.steps, tokens.shape[0]), jnp.int32)
+        caches, last, out = jax.lax.fori_loop(0, self.steps, body, (list(caches), tokens, out))
+        return out, last, caches
 
     def _specs(self, slots: int) -> list[Any]:
         jax = self.backend.jax
@@ -190,7 +211,7 @@ class BatchedDecode(CarriedCaches):
             caches = [Format(self.carried_layout(), sharding)] * (len(self.groups) + len(self.loose))
         return jax.jit(lambda params, *args: self._steps(params, *args, sampled), donate_argnums=(1,),
                        in_shardings=(sharding, caches, sharding, sharding, sharding),
-                       out_shardings=(sharding, caches))
+                       out_shardings=(sharding, sharding, caches))
 
     @property
     def _sharding(self) -> Any:
@@ -198,7 +219,7 @@ class BatchedDecode(CarriedCaches):
 
     def _helper(self, what: tuple, fn: Any, donated: tuple, out_shardings: Any, in_shardings: Any = ()) -> Any:
         """A small program moving the state (``jax.jit``, kept with the step programs)."""
-        key = (*what, self.layout, self.groups)
+        key = (*what, self.steps, self.layout, self.groups)  # the layouts are those of this many steps' program
         with self._lock:
             if key not in self._programs:
                 self._programs[key] = self.backend.jax.jit(fn, donate_argnums=donated, in_shardings=in_shardings,
@@ -224,4 +245,16 @@ def _sample(logits: Any, top_k: Any, seed: Any, counter: Any, temperature: Any, 
     return jnp.where(temperature > 0, drawn, greedy)
 
 
-__all__ = ["BatchState", "BatchedDecode", "bucket_for", "slot_buckets"]
+def deviceless_batched_programs(model: Any, state: Any, precision: str = "fp32",
+                                slots: Sequence[int] = (8, 32, 64)) -> list[tuple[str, Any, list, int]]:
+    """(label, lowered program, the weights it reads as (params key, tensor), tokens per call) of the batched decode
+    step of an LLM (litert-torch's signature names) at each slot count, for ``bench/gpu_compile.py``."""
+    found = deviceless_decode(model, state, precision)
+    if found is None:
+        return []
+    backend, layout, weights = found
+    batched = BatchedDecode(backend, layout)
+    return [(f"batched decode x{n}", batched.lowered(n), weights, n) for n in slots]
+
+
+__all__ = ["BatchState", "BatchedDecode", "bucket_for", "deviceless_batched_programs", "slot_buckets"]

@@ -315,19 +315,28 @@ def deviceless_generation_programs(model: Model, state: Any, precision: str = "f
                                    chunk: int = DEFAULT_CHUNK) -> list[tuple[str, Any, list]]:
     """(label, lowered program, the weights it reads as (params key, tensor)) of the decode loop of an LLM with
     ``prefill`` / ``decode`` signatures (litert-torch's names), for ``bench/gpu_compile.py``; [] for other models."""
+    found = deviceless_decode(model, state, precision)
+    if found is None:
+        return []
+    backend, layout, weights = found
+    return [(f"decode loop x{chunk}", DecodeLoop(backend, layout, chunk).lowered(), weights)]
+
+
+def deviceless_decode(model: Model, state: Any, precision: str = "fp32") -> tuple[Any, StepLayout, list] | None:
+    """(the GPU backend of an LLM's ``decode`` signature, its ``StepLayout``, the weights it reads as (params key,
+    tensor)) for programs compiled without a GPU; None for a model without litert-torch's signature names."""
     from .xla import XlaBackend
 
-    keys = {s.key for s in model.signatures}
-    if "decode" not in keys:
-        return []
-    sig = next(s for s in model.signatures if s.key == "decode")
+    sig = next((s for s in model.signatures if s.key == "decode"), None)
+    if sig is None:
+        return None
     names_in = {t.name for t in sig.inputs}
     names_out = {t.name for t in sig.outputs}
     tokens = next((n for n in ("tokens", "input_ids") if n in names_in), None)
     position = next((n for n in ("input_pos", "positions") if n in names_in), None)
     logits = "logits" if "logits" in names_out else None
     if tokens is None or position is None or logits is None:
-        return []
+        return None
     mask = next((n for n in names_in if "mask" in n.lower() and n not in names_out), None)
     caches = [n for n in (t.name for t in sig.inputs) if n in names_out]
     sg = model.subgraphs[sig.subgraph_index]
@@ -335,13 +344,11 @@ def deviceless_generation_programs(model: Model, state: Any, precision: str = "f
     max_len = int(by_name[mask].shape[-1]) if mask else (int(by_name[caches[0]].shape[1]) if caches else None)
     layout = StepLayout.of(model, "decode", tokens, position, logits, mask, caches, max_len)
     backend = XlaBackend(model, sig.subgraph_index, "gpu", precision=precision, state=state)
-    loop = DecodeLoop(backend, layout, chunk)
     read = [(key, sg.tensors[t]) for (s_index, t), key in state.param_key.items() if s_index == sig.subgraph_index]
     read += [(key, sg.tensors[t]) for (s_index, t), key in state.folded.items() if s_index == sig.subgraph_index]
     read += [(key, sg.tensors[t]) for (s_index, t), key in state.stacked_key.items() if s_index == sig.subgraph_index]
-    unique = list({key: t for key, t in read if key in state.params}.items())
-    return [(f"decode loop x{chunk}", loop.lowered(), unique)]
+    return backend, layout, list({key: t for key, t in read if key in state.params}.items())
 
 
 __all__ = ["DEFAULT_CHUNK", "MASKED", "CarriedCaches", "DecodeLoop", "Sampling", "StepLayout",
-           "deviceless_generation_programs", "top_p_cutoff"]
+           "deviceless_decode", "deviceless_generation_programs", "top_p_cutoff"]

@@ -18,7 +18,12 @@ read once per step for all of them, the KV caches stacked on the device with one
 own position with its own sampling.  Slot counts compile to a few sizes (1, 2, 4, ... up to
 ``max_sequences``); the tokens stay on the device from one step to the next, and each step is dispatched before
 the previous step's tokens are read.  A sequence's greedy tokens are the ones ``litegpu.generate`` gives it
-alone, and a seeded one draws the same tokens ``generate`` draws for that seed, whatever it shares the batch with.
+alone, and a seeded one draws the same tokens ``generate`` draws for that seed, whatever it shares the batch with:
+its slot computes what the single-sequence program does, and the other slots never enter its values.  Bit for bit
+alone (one slot runs the single-sequence program) and in the tests' float decoders at any batch size; XLA may sum
+a batch's products in another order than one sequence's, so a model can differ in the last bit, which a
+dynamic-range (int8 activations) model can turn into a quantization step and, rarely, another token
+(BENCHMARKS.md, "Continuous batching of LLM requests").
 
 Where the decode signature runs on a host engine (the official interpreter with XNNPACK, the fast path's choice
 for small models on the CPU) or in several parts, the batcher still serves every sequence, by interleaving them:
@@ -161,6 +166,25 @@ class SequenceHandle:
                 pass
 
 
+def _integer(name: str, value: Any) -> Any:
+    """``value`` as an int (None stays None), or ``InvalidArgumentError`` naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _number(name: str, value: Any) -> Any:
+    """``value`` as a finite float (None stays None), or ``InvalidArgumentError`` naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def _set_done(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
@@ -195,13 +219,19 @@ class ContinuousBatcher:
     ``model``: a ``CompiledModel`` of an LLM with prefill and decode signatures (names as ``generate_stream``
     takes them).  At most ``max_sequences`` sequences decode at once (each with its own KV cache); more wait, in
     order.  ``batched``: None picks the batched XLA step where the decode signature allows it, False always
-    interleaves, True refuses a model that cannot be batched (``InvalidArgumentError`` saying why)."""
+    interleaves, True refuses a model that cannot be batched (``InvalidArgumentError`` saying why).
+    ``steps_per_launch`` (the batched XLA step): decode steps per launch, as vLLM's multi-step scheduling: more
+    share the host's cost per launch among more tokens; sequences join and leave, and stop tokens are seen, only
+    between launches (a sequence's tokens past its end are computed and dropped)."""
 
     def __init__(self, model: Any, max_sequences: int = 32, *, prefill_signature: str = "prefill",
                  decode_signature: str = "decode", tokens_input: str = "tokens", position_input: str = "input_pos",
-                 logits_output: str = "logits", pad_token: int = 0, batched: bool | None = None):
-        if not isinstance(max_sequences, int) or isinstance(max_sequences, bool) or max_sequences < 1:
-            raise InvalidArgumentError(f"max_sequences must be an int >= 1, got {max_sequences!r}")
+                 logits_output: str = "logits", pad_token: int = 0, batched: bool | None = None,
+                 steps_per_launch: int = 1):
+        for name, value in (("max_sequences", max_sequences), ("steps_per_launch", steps_per_launch)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        self.steps_per_launch = steps_per_launch
         self.model, self.max_sequences, self.pad_token = model, max_sequences, int(pad_token)
         self._names = dict(prefill_signature=prefill_signature, decode_signature=decode_signature,
                            tokens_input=tokens_input, position_input=position_input, logits_output=logits_output)
@@ -217,7 +247,6 @@ class ContinuousBatcher:
         self._thread.start()
 
     def _pick_engine(self, loop: _Loop, batched: bool | None) -> "_DeviceBatch | _Interleaved":
-        refusal = None
         if batched is not False:
             refusal = _DeviceBatch.refusal(loop)
             if refusal is None:
@@ -225,6 +254,7 @@ class ContinuousBatcher:
             if batched:
                 raise InvalidArgumentError(f"{self.model.model.source}: the decode steps cannot be batched: "
                                            f"{refusal}")
+        loop.release()  # each interleaved sequence has a loop of its own
         return _Interleaved(self)
 
     # ---- the API --------------------------------------------------------------------------------
@@ -236,18 +266,19 @@ class ContinuousBatcher:
         a token outside the vocabulary, a prompt and ``max_new_tokens`` past the KV cache, bad sampling values),
         ``ClosedError`` after ``close()``."""
         prompt = self._checked_prompt(prompt_tokens)
-        if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool):
-            raise InvalidArgumentError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
-        check_sampling(int(max_new_tokens), float(temperature), top_k, top_p)
+        max_new_tokens, top_k, seed = (_integer(name, value) for name, value in (
+            ("max_new_tokens", max_new_tokens), ("top_k", top_k), ("seed", seed)))
+        temperature, top_p = (_number(name, value) for name, value in (("temperature", temperature), ("top_p", top_p)))
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
+        if seed is not None and seed < 0:
+            raise InvalidArgumentError(f"seed must be None or an int >= 0, got {seed}")
         needed = len(prompt) + max(int(max_new_tokens) - 1, 0)  # the last token is never fed back
         if self.max_len is not None and needed > self.max_len:
             raise InvalidArgumentError(f"{len(prompt)} prompt tokens + {max_new_tokens} new ones need {needed} "
                                        f"cache rows; the model's KV cache holds {self.max_len}")
-        handle = SequenceHandle(self, len(prompt), int(max_new_tokens))
-        sequence = _Sequence(handle, prompt, int(max_new_tokens), float(temperature),
-                             None if top_k is None else int(top_k), None if top_p is None else float(top_p),
-                             secrets.randbits(31) if seed is None else int(seed) % (1 << 31),
-                             frozenset(int(t) for t in stop_tokens))
+        handle = SequenceHandle(self, len(prompt), max_new_tokens)
+        sequence = _Sequence(handle, prompt, max_new_tokens, temperature, top_k, top_p,
+                             secrets.randbits(31) if seed is None else seed, self._checked_stops(stop_tokens))
         with self._cond:
             if self._closed:
                 raise ClosedError("the batcher is closed: it takes no more sequences")
@@ -268,8 +299,8 @@ class ContinuousBatcher:
                     "decode_steps": self._counts["steps"], "prefills": self._counts["prefills"]}
 
     def warm_up(self) -> None:
-        """Compile now what serving will run: the batched step for every slot count, then one short sequence
-        end to end (its prefill and decode), so that the first requests wait for no compiler."""
+        """Compile now what serving will run: the batched steps (greedy, and sampling) for every slot count, then
+        one short sequence end to end (its prefill and decode), so that the first requests wait for no compiler."""
         self._engine.warm_up()
         tokens = 2 if self.max_len is None or self.max_len >= 2 else 1
         self.submit([self.pad_token], tokens).result()
@@ -303,6 +334,13 @@ class ContinuousBatcher:
             raise InvalidArgumentError(f"prompt token {int(bad[0])} is outside the vocabulary (ids 0 to "
                                        f"{self.vocab_size - 1})")
         return [int(t) for t in array.reshape(-1)]
+
+    @staticmethod
+    def _checked_stops(stop_tokens: Iterable[int]) -> frozenset[int]:
+        try:
+            return frozenset(_integer("stop token", t) for t in stop_tokens)
+        except TypeError:
+            raise InvalidArgumentError(f"stop_tokens must be an iterable of token ids, got {stop_tokens!r}") from None
 
     def _wake(self) -> None:
         with self._cond:
@@ -381,7 +419,7 @@ class _DeviceBatch:
 
         self.batcher, self.loop = batcher, loop   # ``loop`` prefills, one sequence at a time
         backend = loop.decode_backend()
-        self.decode = BatchedDecode(backend, loop.step_layout(backend))
+        self.decode = BatchedDecode(backend, loop.step_layout(backend), batcher.steps_per_launch)
         self.device = backend.state.device
         self.buckets = slot_buckets(batcher.max_sequences)
         self.state: Any = None                     # BatchState, None while no sequence decodes
@@ -415,6 +453,7 @@ class _DeviceBatch:
     def warm_up(self) -> None:
         for slots in self.buckets:
             self.decode.program(slots, False)
+            self.decode.program(slots, True)
 
     def drop(self) -> None:
         self.state, self.pending, self.slots_held = None, None, []
@@ -483,10 +522,10 @@ class _DeviceBatch:
     # ---- stepping -----------------------------------------------------------------------------------
     def step(self) -> None:
         """Dispatch one step for every sequence that wants a token, then read the step dispatched before."""
-        self._release_finished()
         dispatched = None  # (tokens, [(slot, sequence)]) of the step dispatched now
-        stepping = [(k, s) for k, s in enumerate(self.slots_held) if s is not None and s.wants_more]
         try:
+            self._release_finished()
+            stepping = [(k, s) for k, s in enumerate(self.slots_held) if s is not None and s.wants_more]
             if stepping:
                 dispatched = (self._dispatch(stepping), stepping)
             if self.pending is not None:
@@ -507,23 +546,27 @@ class _DeviceBatch:
         fed = np.zeros((4, slots), np.int32)
         floats = np.zeros((2, slots), np.float32)
         floats[TOP_P] = 1
+        steps = self.decode.steps
         for k, s in stepping:
-            fed[POSITION, k], fed[TOP_K, k], fed[SEED, k], fed[COUNTER, k] = s.position, s.top_k or 0, s.seed, \
-                s.dispatched
+            fed[POSITION, k], fed[TOP_K, k], fed[COUNTER, k] = s.position, s.top_k or 0, s.dispatched
+            fed[SEED, k] = s.seed % (1 << 31)  # as generate's device loop keys it
             floats[TEMPERATURE, k], floats[TOP_P, k] = s.temperature, 1 if s.top_p is None else s.top_p
-            s.position += 1
-            s.dispatched += 1
-            s.in_flight += 1
+            s.position += steps
+            s.dispatched += steps
+            s.in_flight += steps
         sampled = any(s.temperature > 0 for _, s in stepping)
         picked, self.state = self.decode.step(self.state, fed, floats, sampled)
-        self.batcher._counts["steps"] += 1
+        self.batcher._counts["steps"] += steps
         return picked
 
     def _read(self, picked: Any, stepping: list[tuple[int, _Sequence]]) -> None:
-        values = np.asarray(picked)  # waits for that step (the next one is queued behind it)
+        values = np.asarray(picked)  # [steps, slots]; waits for that launch (the next one is queued behind it)
         for k, sequence in stepping:
-            sequence.in_flight -= 1
-            self.batcher._deliver(sequence, int(values[k]))
+            sequence.in_flight -= len(values)
+            for token in values[:, k].tolist():
+                if sequence.handle.done:  # its end came earlier in the launch
+                    break
+                self.batcher._deliver(sequence, token)
 
 
 class _Interleaved:
@@ -543,7 +586,8 @@ class _Interleaved:
         return len(self.running)
 
     def busy(self) -> bool:
-        return self.active_count() > 0
+        """Sequences to step, or ended ones to let go of."""
+        return bool(self.running)
 
     def sequences(self) -> list[_Sequence]:
         return [s for s, _ in self.running]
