@@ -1,15 +1,15 @@
 """Tokens generated on the device: a chunk of decode steps in one XLA program.
 
 ``litegpu.generate`` feeds an LLM's ``decode`` signature one token at a time.  Dispatched from Python, every token
-costs a program launch and, to pick the next token, a wait for the logits (on the H200 a decode step cost about
-0.8 ms beyond its weights' reads, BENCHMARKS.md "GPU").  Here ``chunk`` decode steps run inside one program, a
-``lax.fori_loop`` with a fixed trip count around the traced decode subgraph: each step picks its token on the
-device (greedy: argmax, ties to the lowest id as ``np.argmax``; sampled: temperature, top-k, JAX's counter-based
+costs a program launch and, to pick the next token, a wait for the logits (on the H200 a decode step cost about 0.8
+ms beyond its weights' reads, BENCHMARKS.md "GPU").  Here ``chunk`` decode steps run inside one program, a
+``lax.fori_loop`` with a fixed trip count around the traced decode subgraph: each step picks its token on the device
+(greedy: argmax, ties to the lowest id as ``np.argmax``; sampled: temperature, top-k, top-p, JAX's counter-based
 random numbers from a seed) and feeds it to the next, the KV cache is carried through the loop and donated to the
 program (updated in place), and one array of ``chunk`` tokens comes back per launch.  A trip count that XLA knows
 keeps the loop on the device: a ``while`` loop whose end depends on the data would send its condition to the host
-every iteration.  So stop tokens do not end the loop: tokens after a stop token, and past the number asked for,
-come back as ``MASKED`` (-1), and the host stops reading there (the work after them is wasted, at most one chunk).
+every iteration.  So stop tokens do not end the loop: tokens after a stop token, and past the number asked for, come
+back as ``MASKED`` (-1), and the host stops reading there (the work after them is wasted, at most one chunk).
 
 The caches are carried in the layout XLA picks for the loop (``Layout.AUTO``): the attention's product with the
 values reads them along the positions, and XLA GPU lays a stacked value cache out with the positions minor where
