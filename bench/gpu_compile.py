@@ -2,9 +2,8 @@
 
 XLA's GPU compiler runs without a device when it is given the card's description (``litegpu.backends.deviceless``).
 For every program litegpu would run on the GPU for a model (each signature, or each GPU partition of a split plan;
-for LLM decoders also the generation loop and continuous batching's batched decode step at 8, 32 and 64 sequences
-(``--batched-slots``), with the bytes a token reads there: the weights, shared by the sequences of a step, and its
-own KV cache), it prints: the kernels a call launches, the device bytes of the weights
+for LLM decoders also the generation loop and continuous batching's batched decode step at 8, 32 and 64 sequences,
+``--batched-slots``), it prints: the kernels a call launches, the device bytes of the weights
 against the weight bytes in the file, the temporary bytes of a call, how many constant elements are compiled into
 the program (a weight compiled in as a constant is a compile-time and memory problem), and every weight that some
 buffer of the program holds wider than stored (a converted copy: an int8 weight materialized as float32).  It times
@@ -36,6 +35,12 @@ from typing import Any
 
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")  # no CUDA driver here: compile only
 os.environ.setdefault("JAX_PLATFORMS", "cpu")                   # nothing runs on a device
+# The decode loop's thunk sequence (what a launch runs: command buffers, kernels, host-driven loops), dumped by XLA's
+# GPU compiler for the per-token table; only the loop's module (``DecodeLoop._steps``) is dumped.
+THUNK_DUMP = Path(os.environ.get("LITEGPU_THUNK_DUMP") or f"/tmp/litegpu-thunks-{os.getpid()}")
+if "--xla_dump_to" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={THUNK_DUMP}"
+                               " --xla_dump_hlo_module_re=.*_steps.*").strip()
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -67,13 +72,7 @@ class ProgramReport:
     widened: list[str] = field(default_factory=list)   # weights some buffer holds wider than stored
     compile_s: float = 0.0
     note: str = ""
-    sequences: int = 0            # generation programs: the sequences one decode step serves
-    cache_bytes: int = 0          # the KV cache of one sequence (every step reads all of it: litert-torch's exports)
-
-    @property
-    def read_per_token(self) -> int:
-        """Bytes a token reads: the weights, shared by the step's sequences, and its own KV cache."""
-        return self.weight_bytes // self.sequences + self.cache_bytes if self.sequences else 0
+    token: "TokenCost | None" = None   # a decode loop's cost per token
 
     @property
     def ratio(self) -> float:
@@ -353,36 +352,187 @@ def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any,
     from litegpu.backends.xla_batched_decode import deviceless_batched_programs
     from litegpu.backends.xla_generate import DEFAULT_CHUNK, deviceless_generation_programs
 
+    chunk = DEFAULT_CHUNK
     reports = []
     options = XlaBackend(compiled_model, 0, "gpu", precision=precision, state=state).compiler_options
     programs = [(label, lowered, keys, 1)
-                for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision)]
+                for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision, chunk)]
     programs += deviceless_batched_programs(compiled_model, state, precision, slots) if slots else []
     for label, lowered, keys, sequences in programs:
         started = time.perf_counter()
         compiled = lowered.compile(compiler_options=options)
         sig = next(s for s in compiled_model.signatures if s.key == "decode")
         sg = compiled_model.subgraphs[sig.subgraph_index]
-        outputs = {t.name for t in sig.outputs}
-        cache_bytes = sum(_tensor_bytes(sg.tensors[t.tensor_index]) for t in sig.inputs if t.name in outputs)
         found = analyze(compiled, weight_list(state, keys))
         if hlo_dir is not None:
             (hlo_dir / f"{name}.{label.replace(' ', '_')}.hlo.txt").write_text(compiled.as_text())
-        reports.append(ProgramReport(name, label, found["kernels"], found["loop_kernels"],
-                                     sum(array_bytes(state.params[k]) for k, _ in keys),
-                                     file_bytes_read(sg, range(len(sg.operators)), model), found["temp_bytes"],
-                                     found["constant_elements"], found["widened"], time.perf_counter() - started,
-                                     sequences=sequences, cache_bytes=cache_bytes))
+        report = ProgramReport(name, label, found["kernels"], found["loop_kernels"],
+                               sum(array_bytes(state.params[k]) for k, _ in keys),
+                               file_bytes_read(sg, range(len(sg.operators)), model), found["temp_bytes"],
+                               found["constant_elements"], found["widened"], time.perf_counter() - started)
+        weights, caches = read_per_token(compiled_model, report)
+        if sequences == 1:
+            report.token = token_cost(name, chunk, weights, caches, compiled.as_text())
+        else:
+            report.token = batched_token_cost(f"{name} x{sequences}", sequences, weights, caches, compiled.as_text())
+        reports.append(report)
     return reports
 
 
-# ---- the table --------------------------------------------------------------------------------------
+# ---- per decode token: launches, host-driven loop iterations, bytes, an estimate -------------------
 
-def _tensor_bytes(t: Any) -> int:
+LAUNCH_US = 3.0                # a kernel or command-buffer launch from the host (2-4 us on a recent GPU)
+BANDWIDTH_GBS = 3440.0         # the H200's measured copy bandwidth (BENCHMARKS.md "Fourth run": 3395-3479 GB/s)
+_THUNK_LINE = re.compile(r"^(\s*)(\d+): (k\w+)")
+
+
+@dataclass
+class Thunk:
+    id: int
+    kind: str
+    indent: int
+    condition: list["Thunk"] = field(default_factory=list)
+    body: list["Thunk"] = field(default_factory=list)   # a loop's body, or what a command buffer captured
+    _section: str = "body"
+
+
+def thunk_tree(text: str) -> list[Thunk]:
+    """The thunks of XLA's ``*.thunk_sequence_after_thunk_passes.txt``, nested as the file indents them (a
+    ``kWhile``'s ``condition:`` and ``body:``, a ``kCommandBuffer``'s captured thunks)."""
+    root, pending = Thunk(-1, "root", -1), None
+    stack = [root]
+    for line in text.splitlines():
+        if line.strip() in ("condition:", "body:"):
+            pending = line.strip()[:-1]
+            continue
+        match = _THUNK_LINE.match(line)
+        if not match:
+            continue
+        node = Thunk(int(match.group(2)), match.group(3), len(match.group(1)))
+        while stack[-1].indent >= node.indent:
+            stack.pop()
+        parent = stack[-1]
+        if pending and parent.kind == "kWhile":
+            parent._section, pending = pending, None
+        (parent.condition if parent.kind == "kWhile" and parent._section == "condition" else parent.body).append(node)
+        stack.append(node)
+    return root.body
+
+
+def _trip_counts(thunk_metadata: str, hlo_text: str) -> dict[int, int]:
+    """thunk id -> the known trip count of the while loop it runs (from its HLO instruction's backend config)."""
+    names = dict(re.findall(r'profile_annotation: "([^"]+)"\s*thunk_id: (\d+)', thunk_metadata))
+    trips = {m.group(1): int(m.group(2)) for m in
+             re.finditer(r'%([\w.\-]+) = .*? while\(.*?known_trip_count":\{"n":"(\d+)"', hlo_text)}
+    return {int(i): trips[n] for n, i in names.items() if n in trips}
+
+
+def launches(thunks: list[Thunk], trips: dict[int, int]) -> tuple[int, int]:
+    """(launches from the host, host-driven loop iterations) of running ``thunks`` once: a command buffer is
+    one launch whatever it holds; a loop outside one runs its body once per iteration (its condition too, and a
+    wait for it, where XLA does not know the trip count: counted as two launches)."""
+    total = iterations = 0
+    for t in thunks:
+        if t.kind != "kWhile":
+            total += 1
+            continue
+        trip = trips.get(t.id)
+        body, inner = launches(t.body, trips)
+        condition = launches(t.condition, trips)[0] + 1 if trip is None else 0
+        trip = trip or 1  # unknown: counted once (the figure is then a floor)
+        total += trip * (body + condition)
+        iterations += trip * (1 + inner)
+    return total, iterations
+
+
+@dataclass
+class TokenCost:
+    model: str
+    launches: float               # per token, from the host
+    loop_iterations: float        # host-driven loop iterations per token
+    weight_bytes: int             # what a token reads of the weights (the embedding table: one row)
+    cache_bytes: int              # and of the KV caches (the exported graph reads every row)
+
+    def bound_ms(self, bandwidth_gbs: float = BANDWIDTH_GBS) -> float:
+        """Reading the bytes at the bandwidth."""
+        return (self.weight_bytes + self.cache_bytes) / (bandwidth_gbs * 1e9) * 1e3
+
+    def estimate_ms(self, bandwidth_gbs: float = BANDWIDTH_GBS, launch_us: float = LAUNCH_US) -> float:
+        """The bound plus the launches, one after the other."""
+        return self.bound_ms(bandwidth_gbs) + self.launches * launch_us / 1e3
+
+
+def token_cost(name: str, chunk: int, weight_bytes: int, cache_bytes: int, hlo_text: str) -> TokenCost | None:
+    """The per-token figures of the decode loop just compiled (its dump in ``THUNK_DUMP``); None without one."""
+    found = sorted(THUNK_DUMP.glob("*_steps.thunk_sequence_after_thunk_passes.txt"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        return None
+    sequence = found[-1]
+    metadata = sequence.with_name(sequence.name.replace("thunk_sequence_after_thunk_passes", "thunk_metadata"))
+    trips = _trip_counts(metadata.read_text() if metadata.exists() else "", hlo_text)
+    top = thunk_tree(sequence.read_text())
+    loop = next((t for t in top if t.kind == "kWhile" and trips.get(t.id) == chunk), None)
+    if loop is None:
+        return None
+    outside, outside_iterations = launches([t for t in top if t is not loop], trips)
+    body, body_iterations = launches(loop.body, trips)
+    return TokenCost(name, body + outside / chunk, body_iterations + outside_iterations / chunk, weight_bytes,
+                     cache_bytes)
+
+
+def batched_token_cost(name: str, sequences: int, weight_bytes: int, cache_bytes: int,
+                       hlo_text: str) -> TokenCost | None:
+    """The per-token figures of the batched decode step just compiled, one token for each of ``sequences``: its
+    launches and the weights it reads shared by them, each token reading its own cache."""
+    found = sorted(THUNK_DUMP.glob("*_steps.thunk_sequence_after_thunk_passes.txt"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        return None
+    sequence = found[-1]
+    metadata = sequence.with_name(sequence.name.replace("thunk_sequence_after_thunk_passes", "thunk_metadata"))
+    total, iterations = launches(thunk_tree(sequence.read_text()),
+                                 _trip_counts(metadata.read_text() if metadata.exists() else "", hlo_text))
+    return TokenCost(name, total / sequences, iterations / sequences, weight_bytes // sequences, cache_bytes)
+
+
+def _constants_behind(sg: Any, made_by: dict, index: int) -> list[Any]:
+    """The constants of a table's size that ``index`` is computed from elementwise (itself, or through
+    DEQUANTIZE, scaling, reshapes: a quantized embedding table made float)."""
+    size, found, todo = sg.tensors[index].num_elements, [], [index]
+    while todo:
+        t = todo.pop()
+        if t < 0 or sg.tensors[t].num_elements != size:
+            continue
+        if sg.tensors[t].has_data:
+            found.append(sg.tensors[t])
+        elif t in made_by and made_by[t].opcode_name in ("DEQUANTIZE", "MUL", "RESHAPE", "CAST"):
+            todo.extend(made_by[t].inputs)
+    return found
+
+
+def read_per_token(model: Any, report: ProgramReport) -> tuple[int, int]:
+    """(weight bytes, KV-cache bytes) a decode token reads: every weight the decode program holds but an
+    embedding table (an EMBEDDING_LOOKUP / GATHER reads one row of it), and every row of every cache (inputs the
+    decode signature also returns)."""
+    sig = next(s for s in model.signatures if s.key == "decode")
+    sg = model.subgraphs[sig.subgraph_index]
+    outputs = {t.name for t in sig.outputs}
     from litegpu.ir import numpy_dtype
+    from litegpu.ir.dtypes import storage_bytes
 
-    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(numpy_dtype(t.dtype)).itemsize
+    cache = sum(sg.tensors[t.tensor_index].num_elements * np.dtype(numpy_dtype(sg.tensors[t.tensor_index].dtype))
+                .itemsize for t in sig.inputs if t.name in outputs)
+    made_by = {out: op for op in sg.operators for out in op.outputs}
+    looked_up = 0
+    for op in sg.operators:
+        if op.opcode_name not in ("EMBEDDING_LOOKUP", "GATHER"):
+            continue
+        table = op.inputs[1] if op.opcode_name == "EMBEDDING_LOOKUP" else op.inputs[0]
+        for t in _constants_behind(sg, made_by, table):  # a table made float (DEQUANTIZE, scales) is read a row
+            looked_up += storage_bytes(t.dtype, t.num_elements) * (1 - 1 / max(1, t.shape[0]))
+    return int(report.weight_bytes - looked_up), int(cache)
 
+
+# ---- the table --------------------------------------------------------------------------------------
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.2f}"
@@ -390,26 +540,41 @@ def _mb(n: int) -> str:
 
 def markdown(reports: list[ProgramReport], max_constant_elements: int) -> str:
     lines = ["| model | program | kernels (in loops) | weights on device MB | in file MB | ratio | temporaries MB "
-             "| constant elements | held wider than stored | read per token MB | compile s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "| constant elements | held wider than stored | compile s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in reports:
         if r.note and not r.kernels:
-            lines.append(f"| {r.model} | {r.program} | failed: {r.note} | | | | | | | | |")
+            lines.append(f"| {r.model} | {r.program} | failed: {r.note} | | | | | | | |")
             continue
         widened = ", ".join(r.widened[:3]) + (f" (+{len(r.widened) - 3})" if len(r.widened) > 3 else "") or "none"
-        per_token = _mb(r.read_per_token) if r.sequences else ""
         lines.append(f"| {r.model} | {r.program} | {r.kernels} ({r.loop_kernels}) | {_mb(r.weight_bytes)} | "
                      f"{_mb(r.file_weight_bytes)} | {r.ratio:.2f} | {_mb(r.temp_bytes)} | {r.constant_elements} | "
-                     f"{widened} | {per_token} | {r.compile_s:.1f} |")
+                     f"{widened} | {r.compile_s:.1f} |")
     return "\n".join(lines)
 
 
-def _decoder(weights: str, args: argparse.Namespace) -> tuple[str, Any]:
+def token_markdown(reports: list[ProgramReport], bandwidth_gbs: float, launch_us: float) -> str:
+    lines = [f"| model | launches / token | host-driven loop iterations / token | weights read GB | KV cache read GB "
+             f"| bound ms ({bandwidth_gbs:.0f} GB/s) | estimate ms (+{launch_us:g} us a launch) | estimate / bound |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in reports:
+        if r.token:
+            t = r.token
+            bound, estimate = t.bound_ms(bandwidth_gbs), t.estimate_ms(bandwidth_gbs, launch_us)
+            lines.append(f"| {t.model} | {t.launches:.1f} | {t.loop_iterations:.1f} | {t.weight_bytes / 1e9:.3f} | "
+                         f"{t.cache_bytes / 1e9:.3f} | {bound:.3f} | {estimate:.3f} | {estimate / bound:.3f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def _decoder_name(weights: str, args: argparse.Namespace) -> str:
+    return f"decoder_{weights}_L{args.layers}_W{args.width}_C{args.max_len}"
+
+
+def _decoder(weights: str, args: argparse.Namespace) -> Any:
     from decoder_model import DecoderConfig, build_decoder
 
-    config = DecoderConfig(layers=args.layers, width=args.width, heads=args.heads, vocab=args.vocab,
-                           max_len=args.max_len, prefill_len=args.prefill_len, weights=weights)
-    return f"decoder_{weights}_L{args.layers}_W{args.width}", build_decoder(config)
+    return build_decoder(DecoderConfig(layers=args.layers, width=args.width, heads=args.heads, vocab=args.vocab,
+                                       max_len=args.max_len, prefill_len=args.prefill_len, weights=weights))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batched-slots", type=int, nargs="*", default=[8, 32, 64],
                         help="sequences of continuous batching's decode step to compile for LLMs (none: skip it)")
     parser.add_argument("--max-constant-elements", type=int, default=MAX_CONSTANT_ELEMENTS)
+    parser.add_argument("--bandwidth-gbs", type=float, default=BANDWIDTH_GBS, help="for the per-token estimate")
+    parser.add_argument("--launch-us", type=float, default=LAUNCH_US, help="for the per-token estimate")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--hlo", type=Path, help="write each optimized program's HLO text into this folder")
     args = parser.parse_args(argv)
@@ -441,23 +608,26 @@ def main(argv: list[str] | None = None) -> int:
     target = DevicelessTarget.host() if args.host else DevicelessTarget.cuda(args.target)
     print(f"target: {target.device_kind}, precision {args.precision}", flush=True)
     sources: list[tuple[str, Any]] = [(Path(p).stem, lambda p=p: read_model(p)) for p in args.models]
-    sources += [(f"decoder {w}", lambda w=w: _decoder(w, args)[1]) for w in args.decoders]
+    sources += [(_decoder_name(w, args), lambda w=w: _decoder(w, args)) for w in args.decoders]
     reports: list[ProgramReport] = []
     for label, load in sources:
         model = load()
-        name = label if not label.startswith("decoder ") else _decoder(label.split()[1], args)[0]
-        found = programs_of(model, name, target, args.precision, hlo_dir=args.hlo,
+        found = programs_of(model, label, target, args.precision, hlo_dir=args.hlo,
                             generation=not args.no_generation, batched_slots=tuple(args.batched_slots))
         for r in found:
             flag = "; ".join(r.problems(args.max_constant_elements)) or "ok"
             print(f"  {r.model} {r.program}: {r.kernels} kernels ({r.loop_kernels} in loops), weights "
                   f"{_mb(r.weight_bytes)} MB on device / {_mb(r.file_weight_bytes)} MB in file, temporaries "
-                  f"{_mb(r.temp_bytes)} MB, {r.constant_elements} constant elements, compile {r.compile_s:.1f} s"
-                  + (f", reads {_mb(r.read_per_token)} MB per token" if r.sequences else "") + ": "
+                  f"{_mb(r.temp_bytes)} MB, {r.constant_elements} constant elements, compile {r.compile_s:.1f} s: "
                   f"{r.note or flag}", flush=True)
         reports.extend(found)
     print()
     print(markdown(reports, args.max_constant_elements))
+    per_token = token_markdown(reports, args.bandwidth_gbs, args.launch_us)
+    if per_token:
+        print("\nPer decode token (the decode loop, and the batched decode's step shared by its sequences; bytes: "
+              "weights but the embedding table's other rows, every KV cache row):\n")
+        print(per_token)
     if args.json:
         args.json.write_text(json.dumps([{**asdict(r), "ratio": r.ratio,
                                           "problems": r.problems(args.max_constant_elements)} for r in reports],

@@ -73,3 +73,39 @@ class WriteError(LiteGpuError, OSError):
 class FormatConversionError(LiteGpuError, ValueError):
     """A model holds something the file format it is being written as cannot express (a circle-only
     op or tensor type written as .tflite, a TFLite-only type written as .circle)."""
+
+
+class RequestError(InvalidArgumentError):
+    """A request ``litegpu serve`` refuses: malformed, naming an unknown model, tensor or signature, over a
+    limit.  ``status`` is the HTTP status it is answered with (a 4xx, or 503 while the server shuts down)."""
+
+    status = 400
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class UnknownModelError(RequestError, SignatureError):
+    """A request names a model (or a signature of one) the server was not started with."""
+
+    status = 404
+
+
+class PayloadTooLargeError(RequestError):
+    """A request body, or one tensor of it, is over the server's limit."""
+
+    status = 413
+
+
+class UnauthorizedError(RequestError):
+    """A request without the server's API key (``Authorization: Bearer ...``)."""
+
+    status = 401
+
+
+class ServiceUnavailableError(RequestError):
+    """A request that arrives while the server is loading its models or shutting down."""
+
+    status = 503

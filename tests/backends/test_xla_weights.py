@@ -218,3 +218,19 @@ def test_on_an_accelerator_float16_weights_stay_float16_unless_a_share_of_its_me
     assert dtypes == ({np.dtype(np.float32)} if folded else {np.dtype(np.float16)})
     backend, index, inputs, _, _ = _compile(model, "decode", state)
     _check_against_reference(model, backend, index, inputs)
+
+
+def test_int4_weights_reach_the_device_without_a_kept_unpacked_copy():
+    """An accelerator takes int4 weights in ml_dtypes' int4 (XLA packs them two to a byte); the values are
+    unpacked straight into that type for the transfer and not kept on the tensor (``Tensor.data`` would keep an
+    int8 copy of every weight on the host)."""
+    import ml_dtypes
+
+    model = dm.build_decoder(dm.DecoderConfig(weights="int4", layers=1, width=64, heads=2, vocab=64))
+    weight = next(t for sg in model.subgraphs for t in sg.tensors if t.dtype == "int4" and t.has_data)
+    held = xla._param_array(weight, native_sub_byte=True)
+    assert held.dtype == np.dtype(ml_dtypes.int4) and held.shape == tuple(weight.shape)
+    assert "data" not in vars(weight)
+    nibbles = np.stack([weight.raw & 15, weight.raw >> 4], axis=-1).reshape(-1).astype(np.int8)  # low first
+    expected = np.where(nibbles > 7, nibbles - 16, nibbles)[:weight.num_elements].reshape(weight.shape)
+    assert np.array_equal(held.astype(np.int8), expected)

@@ -167,7 +167,7 @@ def integer_arithmetic(sg: Subgraph, op: Operator) -> bool:
 
 def is_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
     """A DEQUANTIZE of a constant: float16 or weight-only quantized weights made float."""
-    return op.opcode_name == "DEQUANTIZE" and bool(op.inputs) and sg.tensors[op.inputs[0]].data is not None \
+    return op.opcode_name == "DEQUANTIZE" and bool(op.inputs) and sg.tensors[op.inputs[0]].has_data \
         and sg.tensors[op.outputs[0]].dtype == "float32"
 
 

@@ -947,7 +947,7 @@ def _float_with_uint4_weights(sg: Subgraph, op: Operator) -> bool:
     product taken in float (``ops._block_weights``), no integer arithmetic."""
     tensors = [sg.tensors[t] for t in (*op.inputs, *op.outputs) if t >= 0]
     weights = [t for t in tensors if t.dtype == "uint4"]
-    return bool(weights) and all(t.data is not None for t in weights) \
+    return bool(weights) and all(t.has_data for t in weights) \
         and all(t.dtype in ("float32", "float16", "int32", "int64", "uint4") for t in tensors) \
         and all(sg.tensors[t].dtype == "float32" for t in op.outputs if t >= 0)
 

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, ModelExecutionError
 from ..format.file import release_file_pages
 from ..ir import Model, Operator, Subgraph, Tensor, called_subgraphs, numpy_dtype
-from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS
+from ..ir.dtypes import BLOCK_LAYOUTS, SUB_BYTE_BITS, unpack_sub_byte as unpack_host_sub_byte
 from ..ops import Target
 from ..ops.common import opaque_zero, rounded_apart, tie_to, unpack_sub_byte
 from ..ops.fixedpoint import exact_divisions
@@ -145,13 +145,8 @@ def is_device_array(value: Any) -> bool:
     return type(value).__module__.startswith("jax") and hasattr(value, "block_until_ready")
 
 
-def _has_data(t: Tensor) -> bool:
-    """Whether ``t`` is a constant, without unpacking it (``t.data`` of an int4 weight is a copy)."""
-    return t.raw is not None and t.raw.size > 0
-
-
 def _is_param(t: Tensor, quantized_params: bool, on_accelerator: bool = False) -> bool:
-    if not _has_data(t) or t.sparsity is not None and t.dtype not in FLOAT_DTYPES:
+    if not t.has_data or t.sparsity is not None and t.dtype not in FLOAT_DTYPES:
         return False
     if t.dtype in FLOAT_DTYPES:
         return t.num_elements > PARAM_MIN_ELEMENTS
@@ -168,7 +163,7 @@ def _quantized_weight_bytes(model: Model) -> int:
     seen: dict[int, int] = {}
     for sg in model.subgraphs:
         for t in sg.tensors:
-            if _has_data(t) and t.dtype in INTEGER_DTYPES and _is_quantized(t):
+            if t.has_data and t.dtype in INTEGER_DTYPES and _is_quantized(t):
                 seen[t.buffer if t.buffer > 0 else -id(t)] = t.raw.nbytes
     return sum(seen.values())
 
@@ -192,9 +187,8 @@ def _param_array(t: Tensor, native_sub_byte: bool = False) -> np.ndarray:
     ``ml_dtypes`` values (one byte each on the host, transiently; packed by the device)."""
     if t.dtype in SUB_BYTE_BITS:
         if native_sub_byte and t.dtype in NATIVE_SUB_BYTE:
-            import ml_dtypes
-
-            return t.data.astype(getattr(ml_dtypes, NATIVE_SUB_BYTE[t.dtype])).reshape(t.shape)
+            # unpacked straight into ml_dtypes' type, and not kept: ``t.data`` would keep an int8 copy
+            return unpack_host_sub_byte(t.raw, t.dtype, t.num_elements, NATIVE_SUB_BYTE[t.dtype]).reshape(t.shape)
         return np.ascontiguousarray(t.raw.reshape(-1).view(np.uint8))
     return np.ascontiguousarray(t.data)
 
@@ -465,7 +459,7 @@ class _XlaRunner(_PolicyRunner):
         if not weights:
             return False
         # every other input must be static: a numpy value, or a constant that is not a parameter
-        return all(isinstance(values.get(i), np.ndarray) or (i not in values and _has_data(sg.tensors[i]))
+        return all(isinstance(values.get(i), np.ndarray) or (i not in values and sg.tensors[i].has_data)
                    for i in inputs if i not in weights)
 
     def _run_op(self, sg: Subgraph, op_index: int, values: dict) -> None:
@@ -671,7 +665,7 @@ class XlaState:
             sg = model.subgraphs[index]
             for t0, per_block in region.stacked:
                 tensors = [sg.tensors[t] for t in per_block]
-                if _has_data(tensors[0]):  # not a subgraph input per block (a KV cache): stacked in the program
+                if tensors[0].has_data:  # not a subgraph input per block (a KV cache): stacked in the program
                     slots.append((index, t0, tensors))
         stacks: dict[str, list[Tensor]] = {}
         where: dict[tuple, tuple[str, int]] = {}  # (buffer, dtype, shape) -> (stack key, block)
@@ -870,7 +864,7 @@ def _foldable_outputs(sg: Subgraph, op: Operator, known: Any) -> list[Tensor]:
     """The outputs of ``op`` if it can be folded at load (inputs all constants or ``known``
     folded values, float outputs big enough to be parameters), else []."""
     if op.opcode_name in STATEFUL_OPS or op.opcode_name in _FREE_IN_THE_PROGRAM or not op.outputs \
-            or called_subgraphs(op) or not all(i < 0 or i in known or _has_data(sg.tensors[i]) for i in op.inputs):
+            or called_subgraphs(op) or not all(i < 0 or i in known or sg.tensors[i].has_data for i in op.inputs):
         return []
     outs = [sg.tensors[t] for t in op.outputs if t >= 0]
     if any(t.dtype not in FLOAT_DTYPES or t.num_elements <= PARAM_MIN_ELEMENTS for t in outs):
@@ -912,7 +906,7 @@ def _in_place_updates(sg: Subgraph, region: Any) -> dict:
     whose first input is that input, of the same shape and type (a layer's KV cache and its DYNAMIC_UPDATE_SLICE);
     slot -> the template input."""
     template = region.blocks[0]
-    per_block_inputs = {t0 for t0, per_block in region.stacked if not _has_data(sg.tensors[per_block[0]])}
+    per_block_inputs = {t0 for t0, per_block in region.stacked if not sg.tensors[per_block[0]].has_data}
     found: dict = {}
     for made_by, _ in region.collected:
         op = sg.operators[template[made_by[0]]]

@@ -159,6 +159,12 @@ class BatchedDecode(CarriedCaches):
         """The layout (a ``jax`` Format) of each carried cache of a ``slots`` state: the greedy step's choice."""
         return list(self.program(slots, False).input_formats[0][1])
 
+    def _greedy_steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any) -> tuple:
+        return self._steps(params, caches, tokens, fed, floats, False)
+
+    def _sampled_steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any) -> tuple:
+        return self._steps(params, caches, tokens, fed, floats, True)
+
     def _steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any, sampled: bool) -> tuple:
         jax = self.backend.jax
         jnp = jax.numpy
@@ -209,7 +215,7 @@ class BatchedDecode(CarriedCaches):
             caches = self.formats(slots)
         else:
             caches = [Format(self.carried_layout(), sharding)] * (len(self.groups) + len(self.loose))
-        return jax.jit(lambda params, *args: self._steps(params, *args, sampled), donate_argnums=(1,),
+        return jax.jit(self._sampled_steps if sampled else self._greedy_steps, donate_argnums=(1,),
                        in_shardings=(sharding, caches, sharding, sharding, sharding),
                        out_shardings=(sharding, sharding, caches))
 

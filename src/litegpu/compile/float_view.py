@@ -204,7 +204,7 @@ class _SubgraphRewrite:
         self.alias: dict[int, int] = {}       # DEQUANTIZE output -> the float tensor it equals
         self.bias_constants: dict[int, int] = {}
         # Integer tensors whose value exists (others are computed in float only, until asked for).
-        self.has_integer: set[int] = {t.index for t in sg.tensors if t.data is not None or t.is_variable}
+        self.has_integer: set[int] = {t.index for t in sg.tensors if t.has_data or t.is_variable}
         self.has_integer.update(sg.inputs)
 
     def run(self) -> Subgraph:

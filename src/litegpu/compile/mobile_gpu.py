@@ -85,7 +85,7 @@ class _Context:
         self.sg, self.op, self.folded = sg, op, folded
 
     def is_const(self, t) -> bool:
-        return t.data is not None or t.index in self.folded
+        return t.has_data or t.index in self.folded
 
     def tensor(self, i: int):
         return self.sg.tensors[self.op.inputs[i]] if i < len(self.op.inputs) and self.op.inputs[i] >= 0 else None
@@ -194,7 +194,7 @@ def _fully_connected(c: _Context) -> str | None:
         return f"Unsupported FullyConnected weights format: {c.option('weights_format')}"
     if c.runtime_inputs > 2:
         return "FullyConnected doesn't support more than 2 runtime inputs."
-    if c.tensor(0) is not None and c.tensor(0).data is not None:
+    if c.tensor(0) is not None and c.tensor(0).has_data:
         return "FullyConnected doesn't support constant input."
     if c.option("keep_num_dims", False) and len(c.tensor(0).shape) != len(c.outputs[0].shape):
         return "Input and output dimensions different and FullyConnected doesn't support keep_num_dims."
@@ -371,7 +371,7 @@ def _tensors_ok(sg: Subgraph, op: Operator, folded: frozenset[int] = frozenset()
 def _is_fp16_weight_dequantize(sg: Subgraph, op: Operator) -> bool:
     """FP16 weights behind a DEQUANTIZE are folded by the delegate."""
     return (op.opcode_name == "DEQUANTIZE" and op.inputs and op.inputs[0] >= 0
-            and sg.tensors[op.inputs[0]].dtype == "float16" and sg.tensors[op.inputs[0]].data is not None)
+            and sg.tensors[op.inputs[0]].dtype == "float16" and sg.tensors[op.inputs[0]].has_data)
 
 
 def fp16_weights(sg: Subgraph) -> frozenset[int]:

@@ -8,6 +8,8 @@ the low nibble, and are unpacked to int8/uint8 arrays when read.
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
@@ -89,18 +91,25 @@ def storage_bytes(dtype: str, num_elements: int) -> int:
     return num_elements * numpy_dtype(dtype).itemsize
 
 
-def unpack_sub_byte(raw: np.ndarray, dtype: str, num_elements: int) -> np.ndarray:
-    """Unpack int4/uint4/int2 data: element i sits in the low bits first."""
+@functools.lru_cache(maxsize=None)
+def _sub_byte_table(dtype: str, out: str | None = None) -> np.ndarray:
+    """[256, values per byte]: the values each byte holds, low bits first (one gather unpacks a buffer), as
+    int8 / uint8 or as ``ml_dtypes`` type ``out`` (e.g. int4, which XLA packs two to a byte on a device)."""
     bits = SUB_BYTE_BITS[dtype]
-    per_byte = 8 // bits
-    raw = np.asarray(raw, dtype=np.uint8)
-    shifts = np.arange(per_byte, dtype=np.uint8) * bits
-    values = (raw[:, None] >> shifts[None, :]) & np.uint8((1 << bits) - 1)
-    values = values.reshape(-1)[:num_elements]
-    if dtype == "uint4":
-        return values.astype(np.uint8)
-    signed = values.astype(np.int8)
-    return np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed).astype(np.int8)
+    shifts = np.arange(8 // bits, dtype=np.uint8) * bits
+    values = (np.arange(256, dtype=np.uint8)[:, None] >> shifts[None, :]) & np.uint8((1 << bits) - 1)
+    if dtype != "uint4":
+        signed = values.astype(np.int8)
+        values = np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed).astype(np.int8)
+    return values if out is None else values.astype(getattr(ml_dtypes, out))
+
+
+def unpack_sub_byte(raw: np.ndarray, dtype: str, num_elements: int, out: str | None = None) -> np.ndarray:
+    """Unpack int4/uint4/int2 data (element i in the low bits first) into one value a byte: int8 / uint8, or
+    ``ml_dtypes`` type ``out``."""
+    raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
+    per_byte = 8 // SUB_BYTE_BITS[dtype]
+    return _sub_byte_table(dtype, out)[raw[:-(-num_elements // per_byte)]].reshape(-1)[:num_elements]
 
 
 def pack_sub_byte(values: np.ndarray, dtype: str) -> np.ndarray:

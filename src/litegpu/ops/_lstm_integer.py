@@ -143,7 +143,7 @@ def _constant(ctx: Any, index: int, dtype: str, what: str) -> np.ndarray | None:
         return None
     if t.dtype != dtype or t.data is None:
         raise _fail(ctx, f"{what} (input {index}, {t.name}) must be a constant {dtype} tensor, got "
-                         f"{'a constant' if t.data is not None else 'a non-constant'} {t.dtype} tensor")
+                         f"{'a constant' if t.has_data else 'a non-constant'} {t.dtype} tensor")
     return np.asarray(t.data)
 
 

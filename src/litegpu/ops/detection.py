@@ -226,7 +226,7 @@ class _NonMaxSuppression(Op):
 
 
 def _is_constant(op: Operator, subgraph: Subgraph, i: int) -> bool:
-    return i < len(op.inputs) and op.inputs[i] >= 0 and subgraph.tensors[op.inputs[i]].data is not None
+    return i < len(op.inputs) and op.inputs[i] >= 0 and subgraph.tensors[op.inputs[i]].has_data
 
 
 def _host_call(ctx: OpContext, fn: Callable, shapes: Sequence[tuple[tuple[int, ...], Any]], inputs: Sequence[Any]) -> Any:

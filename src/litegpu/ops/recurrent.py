@@ -382,7 +382,7 @@ def _svdf_constant(ctx: OpContext, index: int, dtype: str, what: str) -> np.ndar
         return None
     if t.dtype != dtype or t.data is None:
         raise ModelExecutionError(f"{ctx.op}: full-integer SVDF: {what} (input {index}) must be a constant {dtype} "
-                                  f"tensor, got a {'constant' if t.data is not None else 'non-constant'} {t.dtype} one")
+                                  f"tensor, got a {'constant' if t.has_data else 'non-constant'} {t.dtype} one")
     return np.asarray(t.data)
 
 
