@@ -294,7 +294,8 @@ class ContinuousBatcher:
         run so far, the slots the batch holds now, the engine (``"xla-batched"`` or ``"interleaved"``)."""
         with self._cond:
             return {"engine": self._engine.name, "max_sequences": self.max_sequences,
-                    "active_sequences": self._engine.active_count(), "waiting": len(self._waiting),
+                    "active": self._engine.active_count(),
+                    "waiting": sum(1 for s in self._waiting if not s.handle.done),  # not the cancelled
                     "slots": self._engine.slots(), "tokens_generated": self._counts["tokens"],
                     "decode_steps": self._counts["steps"], "prefills": self._counts["prefills"]}
 
