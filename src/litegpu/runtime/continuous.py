@@ -34,10 +34,12 @@ each) but not faster than one sequence at a time.  ``stats()["engine"]`` says wh
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -47,6 +49,14 @@ from ..errors import ClosedError, InvalidArgumentError, LiteGpuError, ModelExecu
 from .generate import _Loop, _prefill, _softmax_sample, check_sampling, generate_stream
 
 BATCHED, INTERLEAVED = "xla-batched", "interleaved"
+# batchers not closed yet: closed at exit, so that no scheduler thread is stopped inside XLA as the process ends
+_OPEN: "weakref.WeakSet[ContinuousBatcher]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_batchers() -> None:
+    for batcher in list(_OPEN):
+        batcher.close(timeout=60)
 
 
 class SequenceHandle:
@@ -245,6 +255,7 @@ class ContinuousBatcher:
         self._counts = collections.Counter()
         self._thread = threading.Thread(target=self._schedule, name="litegpu-continuous-batcher", daemon=True)
         self._thread.start()
+        _OPEN.add(self)
 
     def _pick_engine(self, loop: _Loop, batched: bool | None) -> "_DeviceBatch | _Interleaved":
         if batched is not False:
@@ -311,6 +322,7 @@ class ContinuousBatcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        _OPEN.discard(self)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
