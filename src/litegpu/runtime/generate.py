@@ -403,6 +403,7 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     if not prompt:
         raise InvalidArgumentError("generate needs at least one prompt token")
     check_sampling(max_new_tokens, temperature, top_k, top_p)
+    top_p = None if top_p is not None and top_p >= 1 else top_p  # keeps all: no sort in the device loop
     loop = _Loop(model, prefill_signature, decode_signature, tokens_input, position_input, logits_output)
     # The last generated token is never fed back, so the cache must hold prompt + max_new_tokens - 1.
     needed = len(prompt) + max(max_new_tokens - 1, 0)
