@@ -442,7 +442,11 @@ def _dispatch_overhead_ms(jax: Any, device: Any, repeats: int = 50) -> float:
     return 1e3 * _median_seconds(lambda: jax.block_until_ready(f(x)), repeats)
 
 
-def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_model_ms: float) -> dict[str, Any]:
+def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_model_ms: float | None
+                ) -> dict[str, Any]:
+    """``--profile``: each op of the signature's subgraph (``subgraph`` in the result) timed alone.  ``session``
+    is a ``_Session`` or anything with its ``model`` (a CompiledModel), ``index`` (the signature's) and ``arrays``
+    (its inputs by name)."""
     model = session.model
     if model.plan.target.value == "reference":
         return _profile_reference(session, repeats, progress)
@@ -484,6 +488,7 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     summary = _profile_summary(profiler.records, "xla-per-op", repeats, whole_model_ms,
                                _dispatch_overhead_ms(jax, device))
     summary["kernels"] = "builtin kernels' order" if builtin else "fast"
+    summary["subgraph"] = sg.index
     return summary
 
 
@@ -511,7 +516,7 @@ def _profile_reference(session: _Session, repeats: int, progress: _Progress) -> 
     by_tensor = {t: a for (_, t), a in zip(sig.inputs, session.arrays.values())}
     with progress.phase(f"profiling {len(sg.operators)} ops", len(sg.operators)) as step:
         Timed(model.model, Target.REFERENCE).run_subgraph(sg.index, [by_tensor[t] for t in sg.inputs])
-    return _profile_summary(records, "reference-op-by-op", 1, None, None)
+    return {**_profile_summary(records, "reference-op-by-op", 1, None, None), "subgraph": sg.index}
 
 
 def _profile_summary(records: list[dict], method: str, repeats: int, whole_model_ms: float | None,

@@ -211,27 +211,37 @@ def accelerator_flags(spec: str) -> int:
     return int(GPU | CPU) if "gpu" in names else int(CPU)
 
 
-def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> dict:
-    """The delegation plan; ``gpu_engine`` "iree" plans the GPU's partitions for IREE (Vulkan, Metal) on the
-    model as it runs there (a quantized model's float view), as ``CompiledModel`` does: no device needed."""
+def device_free_plan(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> Any:
+    """The plan ``CompiledModel`` would make (a ``PlannedModel``), made without a device: ``gpu_engine`` "iree"
+    plans the GPU's partitions for IREE (Vulkan, Metal) on the model as it runs there (a quantized model's float
+    view).  Its plan's ``file_model`` is ``model``."""
+    import dataclasses
+
     from ..backends.engine import EngineSettings
     from ..backends.registry import fast_cpu_engines
     from ..compile import plan_model
-    from ..compile.circle_lowering import lowerable
 
     # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
     engines = fast_cpu_engines(EngineSettings(), model.tflite_file) \
         if cpu_kernels == "fast" else None
-    engine = None
+    engine, planned_on = None, model
     if gpu_engine == "iree" and flags & 2:
         from ..backends.iree import IreeEngine
         from ..compile.float_view import float_view
         from ..compile.rewrites import rewrite_for_xla
 
-        engine, model = IreeEngine(), float_view(rewrite_for_xla(model))
-    planned = plan_model(model, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines, gpu_engine=engine,
+        engine, planned_on = IreeEngine(), float_view(rewrite_for_xla(model))
+    planned = plan_model(planned_on, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines, gpu_engine=engine,
                          lowered_engines=lambda: fast_cpu_engines(EngineSettings()))
-    lowered = lowerable(model) if planned.lowered else []
+    return dataclasses.replace(planned, plan=dataclasses.replace(planned.plan, file_model=model))
+
+
+def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> dict:
+    """The delegation plan (``device_free_plan``) as JSON-ready tables."""
+    from ..compile.circle_lowering import lowerable
+
+    planned = device_free_plan(model, flags, cpu_kernels, gpu_engine)
+    lowered = lowerable(planned.plan.file_model) if planned.lowered else []
     p, model = planned.plan, planned.model  # the partitions index the lowered model where circle ops were lowered
     partitions = [{
         "index": k, "accelerator": q.device, "engine": q.engine, "backend": q.target.value,

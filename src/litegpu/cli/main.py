@@ -15,8 +15,8 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import LiteGpuError
-from . import (batch_cmd, bench_cmd, cache_cmd, doctor_cmd, dump_cmd, inspect_cmd, llm_cmd, ops_cmd, pack_cmd, run_cmd,
-               serve_cmd)
+from . import (batch_cmd, bench_cmd, cache_cmd, doctor_cmd, dump_cmd, explore_cmd, inspect_cmd, llm_cmd, ops_cmd,
+               pack_cmd, run_cmd, serve_cmd)
 
 USAGE_ERROR = 2
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for module in (run_cmd, inspect_cmd, dump_cmd, ops_cmd, pack_cmd, cache_cmd, bench_cmd, doctor_cmd, batch_cmd,
-                   llm_cmd, serve_cmd):
+                   llm_cmd, serve_cmd, explore_cmd):
         module.add_parser(sub)
     return parser
 

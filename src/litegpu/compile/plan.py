@@ -155,6 +155,19 @@ class DelegationPlan:
     # Whose numbers the model's integer and hybrid ops give, where that is not the builtin kernels' (the fast
     # CPU engines); ``litegpu run`` and ``bench`` print it, as the official default does not say it.
     numerics: str | None = None
+    # The model its partitions index (set by ``plan``), and the model as read from its file where a rewrite
+    # renumbered the ops (float view, XLA's rewrites, circle lowering): what ``node_data`` shows the plan on.
+    model: Model | None = field(default=None, compare=False, repr=False)
+    file_model: Model | None = field(default=None, compare=False, repr=False)
+
+    def node_data(self) -> dict[str, Any]:
+        """Model Explorer overlays of this plan, by name ("engine", "partition", "fallback"): each a
+        ``compile.node_data.NodeData`` keyed by the file's graph and node ids (``.save(path)`` writes its JSON)."""
+        from .node_data import plan_node_data  # its own module: the plan stays what decides
+
+        if self.model is None:
+            raise InvalidArgumentError("this plan was made without its model (compile.plan sets it)")
+        return plan_node_data(self, self.model, self.file_model or self.model)
 
     @property
     def fully_accelerated(self) -> bool:
@@ -501,6 +514,12 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
     """
+    return replace(_decide(model, accelerators, warn=warn, cpu_kernels=cpu_kernels, engines=engines,
+                           gpu_engine=gpu_engine, stacklevel=stacklevel + 1), model=model)
+
+
+def _decide(model: Model, accelerators: int, *, warn: bool, cpu_kernels: str, engines: dict | None,
+            gpu_engine: object | None, stacklevel: int) -> DelegationPlan:
     if cpu_kernels not in CPU_KERNELS:
         raise InvalidArgumentError(f"unknown CPU kernels {cpu_kernels!r}; use one of {', '.join(CPU_KERNELS)}")
     flags = int(accelerators)
@@ -818,21 +837,23 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
         sg = model.subgraphs[index]
         order = execution_order(sg, model.source)
         num_ops += len(order)
-        refused = openvino.unsupported(model, index, order)
-        side = {i: "xla" if i in refused else "openvino" for i in order}
+        why = dict(openvino.unsupported(model, index, order))  # op -> why it is not on OpenVINO (node data)
+        side = {i: "xla" if i in why else "openvino" for i in order}
         _weights_follow_their_users(sg, order, side)
         for _ in range(MAX_PLAN_ROUNDS):
-            _keep_worthwhile_openvino_runs(sg, order, side)
-            parts = _engine_parts(model, sg, order, side, support)
-            failed = [p for p in _with_edges(sg, parts) if p.target is Target.OPENVINO
-                      and openvino.compile_error(model, p.op_range()) is not None]
+            _keep_worthwhile_openvino_runs(sg, order, side, why)
+            parts = _engine_parts(model, sg, order, side, support, why)
+            failed = {p: error for p in _with_edges(sg, parts) if p.target is Target.OPENVINO
+                      and (error := openvino.compile_error(model, p.op_range())) is not None}
             if not failed:
                 break
-            for p in failed:
+            for p, error in failed.items():
                 side.update({i: "xla" for i in p.op_indices})
+                why.update({i: f"OpenVINO could not compile its partition: {error}" for i in p.op_indices})
         else:
             side = {i: "xla" for i in order}
-            parts = _engine_parts(model, sg, order, side, support)
+            why = {i: why.get(i, f"OpenVINO failed to compile {MAX_PLAN_ROUNDS} times") for i in order}
+            parts = _engine_parts(model, sg, order, side, support, why)
         partitions.extend(_with_edges(sg, parts))
     targets = {p.target for p in partitions}
     notes = ()
@@ -853,8 +874,10 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
                           boundaries=tuple(_boundaries(model, partitions)))
 
 
-def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict[int, str], support: _Support
-                  ) -> list[tuple[Accelerator, Target, list[int], tuple]]:
+def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict[int, str], support: _Support,
+                  why: dict[int, str]) -> list[tuple[Accelerator, Target, list[int], tuple]]:
+    """The runs of ``side`` as partitions; those off OpenVINO say why for each op (``why``; XLA's refusal too
+    for numpy's)."""
     parts: list[tuple[Accelerator, Target, list[int], tuple]] = []
     for run in _runs(_schedule(sg, order, side), side.__getitem__):
         if side[run[0]] == "openvino":
@@ -869,7 +892,12 @@ def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict
                               support.op_reason(sg, sg.operators[i], Target.REFERENCE) or "unsupported")
                 for i in nowhere]))
         for target, ops in _cpu_targets(run, cpu_ok, whole_reference=False):
-            parts.append((CPU, target, ops, ()))
+            reasons = [why.get(i, "a weight's DEQUANTIZE, beside the ops that read it") if target is Target.XLA_CPU
+                       else f"{why.get(i, 'not on OpenVINO')}; XLA: "
+                            f"{support.op_reason(sg, sg.operators[i], Target.XLA_CPU)}"
+                       for i in ops]
+            parts.append((CPU, target, ops, tuple(UnsupportedOp(sg.index, i, sg.operators[i].opcode_name, r)
+                                                  for i, r in zip(ops, reasons))))
     return parts
 
 
@@ -892,12 +920,14 @@ def _weights_follow_their_users(sg: Subgraph, order: tuple[int, ...], side: dict
                 side[i] = sides.pop()
 
 
-def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: dict[int, str]) -> None:
+def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: dict[int, str],
+                                   why: dict[int, str]) -> None:
     """Give back to XLA the OpenVINO runs too small to pay for their partition edges."""
     if all(v == "openvino" for v in side.values()):
         return
     for run in _runs(_schedule(sg, order, side), side.__getitem__):
-        if side[run[0]] == "openvino" and ops_macs(sg, run) \
-                < MIN_OPENVINO_RUN_MACS:
+        if side[run[0]] == "openvino" and (macs := ops_macs(sg, run)) < MIN_OPENVINO_RUN_MACS:
             for i in run:
                 side[i] = "xla"
+                why[i] = (f"OpenVINO would run it in a run of {len(run)} op(s) with {macs:,} multiply-accumulates: "
+                          f"too little work to pay for a partition of its own (under {MIN_OPENVINO_RUN_MACS:,})")

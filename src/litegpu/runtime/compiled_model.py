@@ -247,7 +247,9 @@ class CompiledModel:
             self._fell_back = True
             notes = "".join(f"; {n}" for n in chosen.notes)
             warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU{notes}", stacklevel=4)
-        return ("gpu" if chosen.target in (Target.XLA_GPU, Target.IREE) else "cpu"), chosen
+        # the file's ops are what node data names (``DelegationPlan.node_data``)
+        return ("gpu" if chosen.target in (Target.XLA_GPU, Target.IREE) else "cpu"), \
+            dataclasses.replace(chosen, file_model=self._ir)
 
     def _find_gpu_engine(self) -> tuple[Any, str | None]:
         """(the GPU's engine: None for XLA, else an ``IreeEngine``; why there is no GPU, or None).  XLA where JAX

@@ -135,7 +135,7 @@ class PartitionedModel:
     def __init__(self, model: ir.Model, plan: DelegationPlan, *, platforms: Mapping[int, str] | None = None,
                  precision: Any = None, device: Callable[[str], Any] | None = None, cache: Any = None,
                  cache_key: dict | None = None, engine_settings: Any = None, engines: dict | None = None,
-                 devices: Mapping[str, Any] | None = None):
+                 devices: Mapping[str, Any] | None = None, official_float_order: bool = False):
         from ..backends.engine import EngineSettings
 
         self.model, self.plan = model, plan
@@ -149,6 +149,7 @@ class PartitionedModel:
         self._states: dict[str, Any] = {}
         # platform -> the devices its weights are split over (the accelerator's; CPU partitions stay on the host)
         self._devices = dict(devices or {})
+        self.official_float_order = official_float_order  # XLA's float ops in the builtin kernels' order
         self._reference: Any = None
         self._signatures: dict[int, PartitionedSignature] = {}
 
@@ -168,7 +169,8 @@ class PartitionedModel:
 
             device = (self._device or device_for)(platform)
             self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
-                                              devices=self._devices.get(platform), platform=platform)
+                                              devices=self._devices.get(platform), platform=platform,
+                                              official_float_order=self.official_float_order)
         return self._states[platform]
 
     @property
