@@ -2,7 +2,8 @@
 
 XLA's GPU compiler runs without a device when it is given the card's description (``litegpu.backends.deviceless``).
 For every program litegpu would run on the GPU for a model (each signature, or each GPU partition of a split plan;
-for LLM decoders also the generation loop), it prints: the kernels a call launches, the device bytes of the weights
+for LLM decoders also the generation loop and continuous batching's batched decode step at 8, 32 and 64 sequences,
+``--batched-slots``), it prints: the kernels a call launches, the device bytes of the weights
 against the weight bytes in the file, the temporary bytes of a call, how many constant elements are compiled into
 the program (a weight compiled in as a constant is a compile-time and memory problem), and every weight that some
 buffer of the program holds wider than stored (a converted copy: an int8 weight materialized as float32).  It times
@@ -279,7 +280,7 @@ def file_bytes_read(sg: Any, ops: Any, original: Any) -> int:
 
 
 def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, hlo_dir: Path | None = None,
-                generation: bool = True) -> list[ProgramReport]:
+                generation: bool = True, batched_slots: tuple[int, ...] = ()) -> list[ProgramReport]:
     """Compile every GPU program litegpu makes for ``model`` (an ``ir.Model``) for ``target``; one report each."""
     from litegpu.backends.xla import XlaBackend, XlaState, array_bytes
     from litegpu.compile import CPU, GPU
@@ -339,20 +340,25 @@ def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, 
             found["widened"], time.perf_counter() - started,
             "" if whole else f"split plan: {chosen.summary() if hasattr(chosen, 'summary') else ''}"))
     if whole and generation:
-        reports.extend(_generation_programs(model, name, compiled_model, state, precision, hlo_dir))
+        reports.extend(_generation_programs(model, name, compiled_model, state, precision, hlo_dir, batched_slots))
     return reports
 
 
 def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any, precision: str,
-                         hlo_dir: Path | None) -> list[ProgramReport]:
-    """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla_generate``)."""
+                         hlo_dir: Path | None, slots: tuple[int, ...] = ()) -> list[ProgramReport]:
+    """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla_generate``), and the
+    batched decode step of continuous batching at each of ``slots`` sequences (``backends.xla_batched_decode``)."""
     from litegpu.backends.xla import XlaBackend, array_bytes
+    from litegpu.backends.xla_batched_decode import deviceless_batched_programs
     from litegpu.backends.xla_generate import DEFAULT_CHUNK, deviceless_generation_programs
 
     chunk = DEFAULT_CHUNK
     reports = []
     options = XlaBackend(compiled_model, 0, "gpu", precision=precision, state=state).compiler_options
-    for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision, chunk):
+    programs = [(label, lowered, keys, 1)
+                for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision, chunk)]
+    programs += deviceless_batched_programs(compiled_model, state, precision, slots) if slots else []
+    for label, lowered, keys, sequences in programs:
         started = time.perf_counter()
         compiled = lowered.compile(compiler_options=options)
         sig = next(s for s in compiled_model.signatures if s.key == "decode")
@@ -365,7 +371,10 @@ def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any,
                                file_bytes_read(sg, range(len(sg.operators)), model), found["temp_bytes"],
                                found["constant_elements"], found["widened"], time.perf_counter() - started)
         weights, caches = read_per_token(compiled_model, report)
-        report.token = token_cost(name, chunk, weights, caches, compiled.as_text())
+        if sequences == 1:
+            report.token = token_cost(name, chunk, weights, caches, compiled.as_text())
+        else:
+            report.token = batched_token_cost(f"{name} x{sequences}", sequences, weights, caches, compiled.as_text())
         reports.append(report)
     return reports
 
@@ -471,6 +480,20 @@ def token_cost(name: str, chunk: int, weight_bytes: int, cache_bytes: int, hlo_t
                      cache_bytes)
 
 
+def batched_token_cost(name: str, sequences: int, weight_bytes: int, cache_bytes: int,
+                       hlo_text: str) -> TokenCost | None:
+    """The per-token figures of the batched decode step just compiled, one token for each of ``sequences``: its
+    launches and the weights it reads shared by them, each token reading its own cache."""
+    found = sorted(THUNK_DUMP.glob("*_steps.thunk_sequence_after_thunk_passes.txt"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        return None
+    sequence = found[-1]
+    metadata = sequence.with_name(sequence.name.replace("thunk_sequence_after_thunk_passes", "thunk_metadata"))
+    total, iterations = launches(thunk_tree(sequence.read_text()),
+                                 _trip_counts(metadata.read_text() if metadata.exists() else "", hlo_text))
+    return TokenCost(name, total / sequences, iterations / sequences, weight_bytes // sequences, cache_bytes)
+
+
 def _constants_behind(sg: Any, made_by: dict, index: int) -> list[Any]:
     """The constants of a table's size that ``index`` is computed from elementwise (itself, or through
     DEQUANTIZE, scaling, reshapes: a quantized embedding table made float)."""
@@ -570,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", action="store_true", help="lower with the GPU's rules, compile for the host CPU "
                         "(no CUDA plugin needed; kernels and temporaries are then the CPU's)")
     parser.add_argument("--no-generation", action="store_true", help="skip the LLM generation-loop programs")
+    parser.add_argument("--batched-slots", type=int, nargs="*", default=[8, 32, 64],
+                        help="sequences of continuous batching's decode step to compile for LLMs (none: skip it)")
     parser.add_argument("--max-constant-elements", type=int, default=MAX_CONSTANT_ELEMENTS)
     parser.add_argument("--bandwidth-gbs", type=float, default=BANDWIDTH_GBS, help="for the per-token estimate")
     parser.add_argument("--launch-us", type=float, default=LAUNCH_US, help="for the per-token estimate")
@@ -588,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, load in sources:
         model = load()
         found = programs_of(model, label, target, args.precision, hlo_dir=args.hlo,
-                            generation=not args.no_generation)
+                            generation=not args.no_generation, batched_slots=tuple(args.batched_slots))
         for r in found:
             flag = "; ".join(r.problems(args.max_constant_elements)) or "ok"
             print(f"  {r.model} {r.program}: {r.kernels} kernels ({r.loop_kernels} in loops), weights "
@@ -600,8 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(reports, args.max_constant_elements))
     per_token = token_markdown(reports, args.bandwidth_gbs, args.launch_us)
     if per_token:
-        print("\nPer decode token (the decode loop; bytes: weights but the embedding table's other rows, every KV "
-              "cache row):\n")
+        print("\nPer decode token (the decode loop, and the batched decode's step shared by its sequences; bytes: "
+              "weights but the embedding table's other rows, every KV cache row):\n")
         print(per_token)
     if args.json:
         args.json.write_text(json.dumps([{**asdict(r), "ratio": r.ratio,

@@ -130,6 +130,24 @@ def test_tying_never_changes_a_value():
         assert np.asarray(tied).tobytes() == ints.tobytes()
 
 
+def test_a_weight_tied_to_a_vmapped_value_stays_one_weight():
+    """Under ``jax.vmap`` (batched runs, continuous batching's decode step) the tie's zero comes from the first
+    example alone: the int8 weight is widened once for all examples, not copied per example."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    weight = np.arange(-32, 32, dtype=np.int8).reshape(8, 8)
+
+    def product(x):
+        return x @ tie_to(jnp, lax, jnp.asarray(weight), xla._zero_after([x])).astype(jnp.float32)
+
+    x = np.random.default_rng(0).normal(size=(5, 1, 8)).astype(np.float32)
+    hlo = jax.jit(jax.vmap(product)).lower(x).as_text()
+    widened = [line for line in hlo.splitlines() if "stablehlo.convert" in line and "xi8>" in line]
+    assert widened and all("tensor<8x8xi8>" in line for line in widened)
+    np.testing.assert_allclose(jax.jit(jax.vmap(product))(x), x @ weight.astype(np.float32), rtol=1e-6)
+
+
 @pytest.mark.parametrize("weights", ["float16", "int4"])
 def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quantized_params, monkeypatch, weights):
     """A big model's subgraph of many ops is compiled as parts (xla.PART_OPS), cut between layers where

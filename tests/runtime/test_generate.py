@@ -201,6 +201,16 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy(float_decoder):
     assert litegpu.generate(model, prompt, 8, temperature=1.5, top_k=1, seed=9) == greedy
 
 
+def test_a_tiny_top_p_keeps_only_the_most_likely_token_on_the_device_and_on_the_host(float_decoder):
+    _, _, model = float_decoder
+    prompt = [5, 6, 7]
+    greedy = litegpu.generate(model, prompt, 6)
+    for chunk in (4, 0):  # the device loop, the host sampler
+        assert litegpu.generate(model, prompt, 6, temperature=1.5, top_p=1e-6, seed=1, chunk_tokens=chunk) == greedy
+    with pytest.raises(InvalidArgumentError, match="top_p must be None or in"):
+        litegpu.generate(model, prompt, 2, top_p=1.5)
+
+
 def test_stops_after_a_stop_token(float_decoder):
     _, _, model = float_decoder
     greedy = litegpu.generate(model, [9, 9], 6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,13 +151,31 @@ def apart_for_iree(lax: Any, x: Any) -> Any:
 def opaque_zero(xp: Any, lax: Any, x: Any) -> Any:
     """A float32 -0.0 that XLA computes from the first element of ``x`` and cannot fold away, so
     what reads it runs after ``x`` exists.  y + (-0.0) == y for every float y (-0.0 and NaN
-    included); the NaN that an inf or NaN element would give is replaced, so it is always -0.0."""
+    included); the NaN that an inf or NaN element would give is replaced, so it is always -0.0.
+    Under ``jax.vmap`` it is made from the first example alone and stays one scalar: a weight tied to it
+    (``tie_to``) is still one weight for all examples, not a copy per example."""
     probe = x.reshape(-1)[0]
     if xp.issubdtype(probe.dtype, xp.complexfloating):
         probe = lax.real(probe)
-    probe = probe.astype(xp.float32)
-    zero = lax.neg(lax.abs(probe) * xp.float32(0))
-    return lax.select(lax.ne(zero, zero), xp.float32(-0.0), zero)  # NaN -> -0.0
+    return _unbatched_zero()(probe.astype(xp.float32))
+
+
+@functools.cache
+def _unbatched_zero() -> Any:
+    """``opaque_zero`` of a float32 scalar, whose batching rule takes the first example's value."""
+    import jax.numpy as jnp
+    from jax import custom_batching, lax
+
+    @custom_batching.custom_vmap
+    def zero_of(probe: Any) -> Any:
+        zero = lax.neg(lax.abs(probe) * jnp.float32(0))
+        return lax.select(lax.ne(zero, zero), jnp.float32(-0.0), zero)  # NaN -> -0.0
+
+    @zero_of.def_vmap
+    def _first_example(axis_size: int, in_batched: list, probe: Any) -> tuple[Any, bool]:
+        return zero_of(probe[0] if in_batched[0] else probe), False
+
+    return zero_of
 
 
 def computed_once(xp: Any, lax: Any, x: Any) -> Any:

@@ -30,13 +30,35 @@ from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from .tensor_buffer import TensorBuffer, _is_device_array
 
 
-def _softmax_sample(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
+def _softmax_sample(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator,
+                    top_p: float | None = None) -> int:
+    """A token drawn from softmax(logits / temperature), restricted to the ``top_k`` largest, then to the smallest
+    set of the largest whose probabilities reach ``top_p`` (ties at either cutoff kept), as the device sampler
+    (``backends.xla_generate``) restricts them."""
     scaled = logits.astype(np.float64) / temperature
     if top_k is not None and 0 < top_k < scaled.size:
         cutoff = np.partition(scaled, -top_k)[-top_k]
         scaled = np.where(scaled >= cutoff, scaled, -np.inf)
+    if top_p is not None and top_p < 1:
+        desc = np.sort(scaled)[::-1]
+        probs = np.exp(desc - desc[0])
+        probs /= probs.sum()
+        before = np.cumsum(probs) - probs
+        count = max(int(np.sum((before < top_p) & (desc > -np.inf))), 1)
+        scaled = np.where(scaled >= desc[count - 1], scaled, -np.inf)
     probs = np.exp(scaled - scaled.max())
     return int(rng.choice(scaled.size, p=probs / probs.sum()))
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Refuse sampling arguments no generation can take, naming the value (``InvalidArgumentError``)."""
+    if max_new_tokens < 0 or temperature < 0:
+        raise InvalidArgumentError(f"max_new_tokens ({max_new_tokens}) and temperature ({temperature}) "
+                                   "cannot be negative")
+    if top_k is not None and top_k < 0:
+        raise InvalidArgumentError(f"top_k must be None or at least 0 (0: no limit), got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise InvalidArgumentError(f"top_p must be None or in (0, 1], got {top_p}")
 
 
 class _Loop:
@@ -99,6 +121,16 @@ class _Loop:
     def device_loop(self, chunk: int, sampling: Any, stops: set[int], seed: int | None) -> Any:
         """A ``backends.xla_generate.DecodeLoop`` for the decode signature where one XLA program runs all of it (a
         whole-model GPU or XLA CPU plan, no resource variables, weights on one device); None elsewhere."""
+        backend = self.decode_backend()
+        if backend is None:
+            return None
+        from ..backends.xla_generate import DecodeLoop
+
+        return DecodeLoop(backend, self.step_layout(backend), chunk, sampling, tuple(stops), seed)
+
+    def decode_backend(self) -> Any:
+        """The ``XlaBackend`` running the whole decode signature as one program, or None (another engine, a plan
+        in parts, resource variables, weights over several devices)."""
         from ..backends.xla import XlaBackend
 
         signature = self.model._signature(self.decode)
@@ -106,11 +138,15 @@ class _Loop:
         if (not isinstance(backend, XlaBackend) or backend.op_range is not None or backend.variables
                 or backend.state.mesh is not None):
             return None
-        from ..backends.xla_generate import DecodeLoop, StepLayout
+        return backend
 
-        layout = StepLayout.of(backend.model, self.decode, self.tokens_name, self.position_name, self.logits_name,
-                               self.mask_name, self.cache_names, self.max_len)
-        return DecodeLoop(backend, layout, chunk, sampling, tuple(stops), seed)
+    def step_layout(self, backend: Any) -> Any:
+        """Where the decode subgraph of ``backend`` takes the token, position, mask and caches
+        (``backends.xla_generate.StepLayout``)."""
+        from ..backends.xla_generate import StepLayout
+
+        return StepLayout.of(backend.model, self.decode, self.tokens_name, self.position_name, self.logits_name,
+                             self.mask_name, self.cache_names, self.max_len)
 
     def release(self) -> None:
         """The generation is over: a cache kept in the engine's tensors is dropped there (``_CarriedCache``)."""
@@ -323,30 +359,31 @@ def _prefill_signatures(signatures: dict, prefill: str) -> dict[int, str]:
 
 
 def generate(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, temperature: float = 0.0,
-             top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
-             pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
-             tokens_input: str = "tokens", position_input: str = "input_pos",
+             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             stop_tokens: Iterable[int] = (), pad_token: int = 0, prefill_signature: str = "prefill",
+             decode_signature: str = "decode", tokens_input: str = "tokens", position_input: str = "input_pos",
              logits_output: str = "logits", chunk_tokens: int = DEFAULT_CHUNK) -> list[int]:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_tokens``; returns the new tokens.
 
     ``temperature`` 0 is greedy (argmax, ties to the lowest id); above 0 samples from
-    softmax(logits / temperature), restricted to the ``top_k`` largest when given, reproducibly for a
-    ``seed``.  Generation stops early after a token in ``stop_tokens`` (included in the result).
+    softmax(logits / temperature), restricted to the ``top_k`` largest when given, then to the smallest set of
+    the largest whose probabilities reach ``top_p`` when given (nucleus sampling), reproducibly for a ``seed``.
+    Generation stops early after a token in ``stop_tokens`` (included in the result).
     ``model`` is a litegpu ``CompiledModel``.  ``chunk_tokens``: decode steps per launch where the decode
     signature runs as one XLA program (0: one launch per token).  See ``generate_stream`` for the
     conventions understood (litert-torch's included).
     """
     return list(generate_stream(model, prompt_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
-                                seed=seed, stop_tokens=stop_tokens, pad_token=pad_token,
+                                top_p=top_p, seed=seed, stop_tokens=stop_tokens, pad_token=pad_token,
                                 prefill_signature=prefill_signature, decode_signature=decode_signature,
                                 tokens_input=tokens_input, position_input=position_input,
                                 logits_output=logits_output, chunk_tokens=chunk_tokens))
 
 
 def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: int, *, temperature: float = 0.0,
-                    top_k: int | None = None, seed: int | None = None, stop_tokens: Iterable[int] = (),
-                    pad_token: int = 0, prefill_signature: str = "prefill", decode_signature: str = "decode",
-                    tokens_input: str = "tokens", position_input: str = "input_pos",
+                    top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                    stop_tokens: Iterable[int] = (), pad_token: int = 0, prefill_signature: str = "prefill",
+                    decode_signature: str = "decode", tokens_input: str = "tokens", position_input: str = "input_pos",
                     logits_output: str = "logits", chunk_tokens: int = DEFAULT_CHUNK) -> Iterator[int]:
     """``generate`` as an iterator: the new tokens as they come.
 
@@ -365,9 +402,8 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     prompt = [int(t) for t in np.asarray(list(prompt_tokens)).reshape(-1)]
     if not prompt:
         raise InvalidArgumentError("generate needs at least one prompt token")
-    if max_new_tokens < 0 or temperature < 0:
-        raise InvalidArgumentError(f"max_new_tokens ({max_new_tokens}) and temperature ({temperature}) "
-                                   "cannot be negative")
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
+    top_p = None if top_p is not None and top_p >= 1 else top_p  # keeps all: no sort in the device loop
     loop = _Loop(model, prefill_signature, decode_signature, tokens_input, position_input, logits_output)
     # The last generated token is never fed back, so the cache must hold prompt + max_new_tokens - 1.
     needed = len(prompt) + max(max_new_tokens - 1, 0)
@@ -380,7 +416,7 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     def pick(logits: np.ndarray) -> int:
         if temperature == 0:
             return int(np.argmax(logits))
-        return _softmax_sample(logits, temperature, top_k, rng)
+        return _softmax_sample(logits, temperature, top_k, rng, top_p)
 
     if max_new_tokens == 0:
         return
@@ -391,7 +427,7 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     if chunk_tokens and max_new_tokens > 1:
         from ..backends.xla_generate import Sampling
 
-        device = loop.device_loop(chunk_tokens, Sampling(float(temperature), top_k), stops, seed)
+        device = loop.device_loop(chunk_tokens, Sampling(float(temperature), top_k, top_p), stops, seed)
     if device is not None:
         first = pick(last)
         yield first
