@@ -91,6 +91,13 @@ def test_a_seeded_sample_repeats(client):
     assert sample() == sample()
 
 
+def test_a_tiny_top_p_keeps_only_the_likeliest_token_so_sampling_gives_the_greedy_answer(client):
+    def answer(**sampling):
+        return client.chat.completions.create(model="chat", messages=[{"role": "user", "content": QUESTION}],
+                                              max_tokens=8, seed=3, **sampling).choices[0].message.content
+    assert answer(temperature=1.0, top_p=1e-6) == answer(temperature=0)
+
+
 def test_models_lists_the_llms(client):
     assert [m.id for m in client.models.list()] == ["chat"]
     assert client.models.retrieve("chat").id == "chat"

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError, ModelFormatError, RequestError
-from .generator import make_generator
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,10 @@ class LanguageModel:
         self.template = template
         self.source = source  # the bundle, kept open while its model maps weights from it
         self.cache_length = cache_length(compiled)
-        self.generator = make_generator(compiled, max_sequences, prefill_signature=_prefill_name(compiled))
+        from ..runtime.continuous import ContinuousBatcher
+
+        # Sequences decoded together, each in its own KV-cache slot, joining and leaving between steps.
+        self.generator = ContinuousBatcher(compiled, max_sequences, prefill_signature=_prefill_name(compiled))
 
     @classmethod
     def from_bundle(cls, name: str, path: Path, *, max_sequences: int, **compile_options: Any) -> "LanguageModel":
