@@ -125,3 +125,47 @@ def test_litert_torch_layers_with_their_composites_loop_with_the_same_results(mo
         np.testing.assert_allclose(looped, unrolled, rtol=1e-5, atol=1e-5)
     # the prefills loop over 3 layers, decode over 4: they share one stack per weight, read at an offset
     assert held[3] == held[0]
+
+
+def blaze_blocks(blocks: int = 4, channels: int = 16, seed: int = 0):
+    """BlazePalm's shape of block (MediaPipe's palm and face detectors): a 5x5 DEPTHWISE_CONV_2D, a PRELU, and
+    last the DEQUANTIZE of the next block's float16 filter, so that each block reads a filter the block before
+    made from its own weights (a carried value that only weights make); the depthwise bias is one tensor for all."""
+    from litegpu.ir.builder import ModelBuilder
+
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    h = b.input("x", (1, 8, 8, channels))
+
+    def dequantized(name, shape):
+        out = b.tensor(name, shape)
+        b.op("DEQUANTIZE", [b.constant(f"{name}_f16", rng.uniform(-0.5, 0.5, shape).astype(np.float16))], [out])
+        return out
+
+    filt = dequantized("w0", (1, 5, 5, channels))
+    bias = dequantized("bias", (channels,))
+    for k in range(blocks):
+        y = b.tensor(f"dw{k}", (1, 8, 8, channels))
+        b.op("DEPTHWISE_CONV_2D", [h, filt, bias], [y], padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1)
+        alpha = dequantized(f"alpha{k}", (1, 1, channels))
+        h = b.tensor(f"h{k}", (1, 8, 8, channels))
+        b.op("PRELU", [y, alpha], [h])
+        filt = dequantized(f"w{k + 1}", (1, 5, 5, channels))
+    out = b.tensor("y", (1, 8, 8, channels))
+    b.op("DEPTHWISE_CONV_2D", [h, filt, bias], [out], padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1)
+    b.output(out)
+    return b.build(), [rng.uniform(-1, 1, (1, 8, 8, channels)).astype(np.float32)]
+
+
+def test_a_filter_the_block_before_dequantized_is_each_blocks_own():
+    """A carried value that a block computes from weights alone is traced when the block's step leaves, with that
+    block's weights (it was traced from the first block's: every later block ran the second block's filter, and
+    the palm detector's outputs were thousands off)."""
+    from oracle import assert_builtin_bits
+
+    model, inputs = blaze_blocks()
+    state = xla.XlaState(model, xla.device_for("cpu"), official_float_order=True)
+    region = state.regions[0]
+    assert region.count == 4 and any(
+        model.main.operators[region.blocks[0][j]].opcode_name == "DEQUANTIZE" for _, _, (j, _) in region.carried)
+    assert_builtin_bits(model, inputs)

@@ -306,3 +306,44 @@ def test_float_depthwise_equals_the_builtin_kernel_bit_for_bit(multiplier, strid
     """The builtin float DEPTHWISE_CONV_2D starts each output at its bias and adds the taps in order."""
     model = depthwise_model((2, 9, 8, 4), (3, 3), multiplier, padding, (stride, stride), 1, "RELU6")
     assert_builtin_bits(read_model(to_bytes(model)), [random_input((2, 9, 8, 4), seed=5)])
+
+
+def pointwise_depthwise_chain(widths, hw=16):
+    """BlazeFace's layers without their residuals: a 1x1 CONV_2D (a depth under 32: the in-order sum written out,
+    no loop), a 3x3 DEPTHWISE_CONV_2D and a RELU per block; the widths differ so that no two blocks loop."""
+    rng = np.random.default_rng(6)
+    b = ModelBuilder()
+    h = b.input("x", (1, hw, hw, widths[0]))
+    for k, (cin, cout) in enumerate(zip(widths, widths[1:])):
+        y, z, h_next = (b.tensor(f"{n}{k}", (1, hw, hw, cout)) for n in "yzh")
+        b.op("CONV_2D", [h, b.constant(f"w{k}", rng.uniform(-0.3, 0.3, (cout, 1, 1, cin)).astype(np.float32)),
+                         b.constant(f"b{k}", rng.uniform(-0.1, 0.1, cout).astype(np.float32))], [y],
+             padding="VALID", stride_w=1, stride_h=1)
+        b.op("DEPTHWISE_CONV_2D", [y, b.constant(f"d{k}", rng.uniform(-0.3, 0.3, (1, 3, 3, cout)).astype(np.float32)),
+                                   b.constant(f"db{k}", np.zeros(cout, np.float32))], [z],
+             padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1)
+        b.op("RELU", [z], [h_next])
+        h = h_next
+    b.output(h)
+    return b.build()
+
+
+def test_builtin_order_convolutions_in_a_row_compute_each_layer_once():
+    """XLA CPU fused each in-order sum into the next op, which reads every element once per tap or output column,
+    recomputing the layers before it: the back-camera face detector's BUILTIN program ran 50x the time of its
+    ops one by one.  The work (XLA's own count of the program's flops) now grows with the layers, not faster."""
+    import jax
+
+    from litegpu.backends.xla import XlaBackend, XlaState, device_for
+
+    def flops(widths):
+        model = pointwise_depthwise_chain(widths)
+        backend = XlaBackend(model, state=XlaState(model, device_for("cpu"), official_float_order=True))
+        compiled = backend.lower([jax.ShapeDtypeStruct((1, 16, 16, widths[0]), np.float32)]).compile(
+            backend.compiler_options)
+        analysis = compiled.cost_analysis()
+        return (analysis[0] if isinstance(analysis, list) else analysis)["flops"]
+
+    widths = (24, 20, 28, 16, 24, 20, 28)
+    one, six = flops(widths[:2]), flops(widths)
+    assert six <= 1.3 * 6 * one, (one, six)  # was 2.0x: 14.7 M flops against 6 x 1.21 M

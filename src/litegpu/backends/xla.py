@@ -391,7 +391,12 @@ class _XlaRunner(_PolicyRunner):
             local = dict(values)  # what the blocks share: made before the run, the subgraph's inputs
             local.update((t0, c) for (t0, _, _), c in zip(region.carried, state))
             local.update((t0, lax.dynamic_index_in_dim(stack, index, keepdims=False)) for t0, stack in stacked.items())
-            saved, self._block_weights = self._block_weights, dict(block_weights)
+            # What leaves the step is read while this block's weights are in place, with a memo of its own: a value
+            # made from weights alone (the next block's filter, DEQUANTIZE'd at the end of this one) is deferred
+            # until read, and read after them it was traced from the template's weights, the same in every step
+            # (MediaPipe's palm detector: thousands off).
+            saved = self._block_weights, self._memo
+            self._block_weights, self._memo = dict(block_weights), {}
             stacked = dict(stacked)
             try:
                 for op_index in template:
@@ -400,16 +405,17 @@ class _XlaRunner(_PolicyRunner):
                                                 index)
                     else:
                         self._run_op(sg, op_index, local)
+                nxt = [self._value(sg, local, made(j, o)).astype(c.dtype)
+                       for (_, _, (j, o)), c in zip(region.carried, state)]
+                for made_by, t0 in updated.items():
+                    if template[made_by[0]] in into_stack:
+                        continue
+                    new = self._value(sg, local, made(*made_by)).astype(stacked[t0].dtype)
+                    stacked[t0] = lax.dynamic_update_index_in_dim(stacked[t0], new, index, 0)
+                out = [self._value(sg, local, made(j, o)) for (j, o), _ in scanned_out]
             finally:
-                self._block_weights = saved
-            nxt = [self._value(sg, local, made(j, o)).astype(c.dtype)
-                   for (_, _, (j, o)), c in zip(region.carried, state)]
-            for made_by, t0 in updated.items():
-                if template[made_by[0]] in into_stack:
-                    continue
-                new = self._value(sg, local, made(*made_by)).astype(stacked[t0].dtype)
-                stacked[t0] = lax.dynamic_update_index_in_dim(stacked[t0], new, index, 0)
-            return (index + 1, nxt, stacked), [self._value(sg, local, made(j, o)) for (j, o), _ in scanned_out]
+                self._block_weights, self._memo = saved
+            return (index + 1, nxt, stacked), out
 
         (_, carry, stacks), collected = lax.scan(body, (xp.int32(0), initial, stacks), None, length=region.count)
         for (_, per_block), stacked in zip(scanned_out, collected):

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import rounded_apart
+from .common import computed_once, rounded_apart
 from .reduce import _rounded
 
 PACKET = 4  # SSE: float32 packets of 4
@@ -400,7 +400,7 @@ def sum_in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
     # gathered it with a stride of the depth).  A loop over blocks of DEPTH_ORDER_UNROLL steps written out in the
     # body (XLA fuses them into one pass over the output), the last partial block after it: 1.3-1.9x faster
     # than fori_loop's own unrolling on 1x1 convolutions (XLA CPU, 2 cores).
-    by_depth = xp.moveaxis(x, -1, 0)
+    by_depth = xp.moveaxis(computed_once(xp, lax, x), -1, 0)  # each element is read once per output column
     depth = x.shape[-1]
 
     def add(acc: Any, columns: Any, rows: Any, count: int) -> Any:

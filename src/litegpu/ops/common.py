@@ -180,10 +180,14 @@ def _unbatched_zero() -> Any:
 
 def computed_once(xp: Any, lax: Any, x: Any) -> Any:
     """``x`` unchanged (an exact division by a run-time one), as a value XLA CPU materializes.
-    XLA CPU fuses a matrix-vector product whose matrix is converted (int8 weights widened) into
-    one loop and pulls the cheap ops that make the vector into it too, recomputing them for every
-    output element (5x slower decode steps measured); a division is an op it does not duplicate."""
-    if x.size == 0 or not _XLA_STEERING.get():
+    XLA CPU fuses a producer of cheap elementwise ops into every consumer and recomputes it for each element
+    the consumer reads, and a division is an op it does not duplicate (an optimization barrier does not stop
+    it: XLA CPU removes barriers before fusion).  A matrix-vector product whose matrix is converted (int8
+    weights widened) pulled the ops that make the vector into its loop (5x slower decode steps measured); the
+    builtin kernels' in-order sums over a depth or a filter's taps read each element many times, and two in a
+    row recomputed each other's work (MediaPipe's back-camera face detector in BUILTIN mode: 50x the time of
+    its ops run one by one).  numpy: ``x``."""
+    if xp is np or x.size == 0 or not _XLA_STEERING.get():
         return x
     one = (xp.float32(1) - opaque_zero(xp, lax, x)).astype(x.dtype)
     return lax.div(x, one)

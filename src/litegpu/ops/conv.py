@@ -22,7 +22,7 @@ from ..errors import ModelExecutionError
 from . import _quantized as q
 from . import fixedpoint as fp
 from ._official_math import IN_ORDER_MAX_MACS, sum_in_depth_order
-from .common import conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
+from .common import computed_once, conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
 from .registry import Op, OpContext, Target, register
 
 
@@ -132,6 +132,8 @@ def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, b
         raise ModelExecutionError(f"{ctx.op}: filter {tuple(w.shape)} does not fit {x.shape[3]} input channels")
     groups = x.shape[3] // cin_g
     out_hw = _output_sizes(ctx, x.shape[1:3], (kh, kw), strides, dilations, pads)
+    if kh * kw > 1:  # im2col reads each element once per tap
+        x = computed_once(xp, lax, x)
     padded = xp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
     taps = [_strided_tap(padded, (i * dilations[0], j * dilations[1]), out_hw, strides)
             for i in range(kh) for j in range(kw)]
@@ -477,7 +479,7 @@ def _depthwise_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: A
     accumulator starts at the bias, then takes the taps in (row, column) order, every product rounded before it
     is added."""
     (sh, sw), (dh, dw), pads, out_hw, multiplier = _depthwise_geometry(ctx, x.shape, w.shape)
-    x = xp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+    x = xp.pad(computed_once(xp, lax, x), ((0, 0), pads[0], pads[1], (0, 0)))  # read once per tap
     if multiplier > 1:  # output channel c*m + k reads input channel c
         x = xp.repeat(x, multiplier, axis=3)
     shape = (x.shape[0], *out_hw, w.shape[3])
