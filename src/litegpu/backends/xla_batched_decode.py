@@ -148,7 +148,9 @@ class BatchedDecode(CarriedCaches):
                 self._programs[what] = self.backend.compile_program(
                     self._jitted(slots, sampled), self._specs(slots),
                     {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
-                     "stacked_caches": repr(self.groups)})
+                     "stacked_caches": repr(self.groups),
+                     # the program bakes the carried caches' layout in: an entry made for another cannot be used
+                     "carried_layout": repr(self.carried_layout())})
             return self._programs[what]
 
     def lowered(self, slots: int, sampled: bool = False) -> Any:
