@@ -1,11 +1,12 @@
 """`litegpu serve` under load: requests/s and p50 / p99 latency at 1, 8, 32 and 64 concurrent clients for two tensor
 models with batching off, on and auto (three servers, measured in turn at each level in a rotated order, three
-rounds, the median reported; same inputs), and for an LLM total tokens/s and time to first token.
+rounds, the median reported; same inputs), and for an LLM total tokens/s and time to first token, sequences decoded
+together against one at a time (two servers in turn).
 
-    python bench/serve.py [--clients 1,8,32,64] [--requests 400] [--llm tests/heldout/litert_torch/smollm_tiny.litertlm]
+    python bench/serve.py [--clients 1,8,32,64] [--requests 400] [--llm BUNDLE] [--only tensor|llm]
 
 Each server is a `litegpu serve` process on 127.0.0.1; the clients (aiohttp: httpx's async client tops out near 50
-requests/s at 64 clients here) run in this process and send tensors as binary data, as Triton's perf_analyzer does.  Prints a Markdown table; `--json OUT` writes the figures.
+requests/s at 64 clients here) run in this process and send tensors as binary data, as Triton's perf_analyzer does.  Prints each figure as it is measured; `--json OUT` writes them all.
 """
 
 from __future__ import annotations
@@ -172,20 +173,32 @@ async def _chat(url: str, clients: int, per_client: int, max_tokens: int) -> dic
             "ttft_p99_ms": float(np.percentile(ms, 99))}
 
 
-def llm(bundle: Path, levels: list[int], max_tokens: int) -> dict:
-    process, url = start_server([f"chat={bundle}"])
-    results = {}
+def llm(bundle: Path, levels: list[int], max_tokens: int, rounds: int) -> dict:
+    """Total tokens/s and time to first token with sequences decoded together (the continuous batcher's default
+    slots) against one sequence at a time (``--max-sequences 1``, the same batcher), the two servers in turn."""
+    servers = {"batched": start_server([f"chat={bundle}"]), "one at a time": start_server([f"chat={bundle}"],
+                                                                                         "--max-sequences", "1")}
+    results: dict[str, dict] = {}
     try:
-        with urllib.request.urlopen(url + "/metrics") as response:
-            response.read()
-        asyncio.run(_chat(url, 1, 2, max_tokens))  # warm
+        for _, url in servers.values():
+            asyncio.run(_chat(url, 1, 2, max_tokens))  # warm
+        modes = list(servers)
         for clients in levels:
-            figures = asyncio.run(_chat(url, clients, max(1, 16 // clients) if clients < 16 else 1, max_tokens))
-            results[str(clients)] = figures
-            print(f"LLM {clients:>2} clients: {figures['tokens_per_s']:8.1f} tokens/s  time to first token p50 "
-                  f"{figures['ttft_p50_ms']:8.1f} ms  p99 {figures['ttft_p99_ms']:8.1f} ms", flush=True)
+            per_client = max(1, 16 // clients) if clients < 16 else 1
+            runs: dict[str, list] = {mode: [] for mode in modes}
+            for r in range(rounds):
+                for mode in modes[r % 2:] + modes[:r % 2]:
+                    runs[mode].append(asyncio.run(_chat(servers[mode][1], clients, per_client, max_tokens)))
+            for mode in modes:
+                figures = {k: float(np.median([run[k] for run in runs[mode]])) for k in runs[mode][0]}
+                results.setdefault(str(clients), {})[mode] = figures
+                print(f"LLM {clients:>2} clients, {mode:>13}: {figures['tokens_per_s']:8.1f} tokens/s  time to first "
+                      f"token p50 {figures['ttft_p50_ms']:8.1f} ms  p99 {figures['ttft_p99_ms']:8.1f} ms", flush=True)
+            ratio = results[str(clients)]["batched"]["tokens_per_s"] / results[str(clients)]["one at a time"]["tokens_per_s"]
+            print(f"LLM {clients:>2} clients: batched / one at a time {ratio:.2f}x", flush=True)
     finally:
-        stop_server(process)
+        for process, _ in servers.values():
+            stop_server(process)
     return results
 
 
@@ -196,10 +209,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per level (median reported); the machine is shared")
     parser.add_argument("--llm", type=Path, default=ROOT / "tests" / "heldout" / "litert_torch" / "smollm_tiny.litertlm")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--only", choices=("tensor", "llm"), default=None, help="run one half of the bench")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
-    results = {"tensor": tensor_models(levels, args.requests, args.rounds), "llm": llm(args.llm, levels, args.max_tokens)}
+    results = {}
+    if args.only != "llm":
+        results["tensor"] = tensor_models(levels, args.requests, args.rounds)
+    if args.only != "tensor":
+        results["llm"] = llm(args.llm, levels, args.max_tokens, args.rounds)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
