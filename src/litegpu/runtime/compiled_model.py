@@ -138,6 +138,25 @@ def litegpu_version() -> str:
     return __version__
 
 
+@functools.lru_cache(maxsize=1)
+def litegpu_code_fingerprint(package_dir: str | None = None) -> str:
+    """A hash of the path, size and modification time of every source file of the package: a source checkout
+    (an editable install) changes its code without changing its version, and a program cached by other code
+    must not be run.  Stat calls only (a few ms for the whole package), once per process."""
+    import hashlib
+
+    root = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.blake2b(digest_size=8)
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".fbs")):
+                info = os.stat(os.path.join(folder, name))
+                digest.update(f"{os.path.relpath(os.path.join(folder, name), root)}:{info.st_size}:"
+                              f"{info.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
 def _model_fingerprint(model: ir.Model) -> str:
     """The default model token: a hash of the file's bytes (streamed over a memory map)."""
     from ..backends.cache import fingerprint
@@ -165,9 +184,10 @@ def open_cache(options: Options) -> Any:
 
 
 def model_cache_key(model: ir.Model, token: str | None = None) -> dict:
-    """What every cache entry of ``model`` is keyed by: its token (default: its bytes' fingerprint) and
-    litegpu's version."""
-    return {"model_token": token or _model_fingerprint(model), "litegpu": litegpu_version()}
+    """What every cache entry of ``model`` is keyed by: its token (default: its bytes' fingerprint), litegpu's
+    version and its code's fingerprint."""
+    return {"model_token": token or _model_fingerprint(model), "litegpu": litegpu_version(),
+            "litegpu_code": litegpu_code_fingerprint()}
 
 
 class CompiledModel:
