@@ -259,7 +259,7 @@ def traced_run(signature: Any, inputs: Sequence[Any]) -> tuple[list[dict], list[
                 continue
             source, before = where_of(values[t]), signature.transfers
             start = time.perf_counter()
-            block(signature._placed(values, placed, t, unit.where))
+            block(signature._placed(values, placed, t, unit))
             took = time.perf_counter() - start
             if signature.transfers > before:
                 tensor = sg.tensors[t]
