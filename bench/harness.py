@@ -85,6 +85,13 @@ def machine_line(*packages: str) -> str:
     return f"Machine: {info['machine']} {info['cpu']}, {info['cpus']} cores, load {load}{versions}"
 
 
+def parse_args(parser: Any, argv: Sequence[str] | None = None) -> Any:
+    """``parser``'s arguments, then the machine line printed: a measurement's output starts by naming the machine."""
+    args = parser.parse_args(argv)
+    print(machine_line(), flush=True)
+    return args
+
+
 # ---- inputs and the official interpreter ------------------------------------------------------------
 
 def random_inputs(details: Sequence[Mapping], seed: int = 0, int_low: int = -100) -> list:

@@ -126,6 +126,15 @@ def test_the_machine_is_named_with_cores_load_and_versions():
     assert line.endswith(f", numpy {np.__version__}")
 
 
+def test_parse_args_prints_the_machine_line_first(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    assert harness.parse_args(parser, ["--runs", "5"]).runs == 5
+    assert capsys.readouterr().out.startswith("Machine: ")
+
+
 def test_random_inputs_are_seeded_and_within_each_dtype():
     details = [{"shape": [2, 3], "dtype": np.float32}, {"shape": [50], "dtype": np.uint8},
                {"shape": [4], "dtype": np.int32}, {"shape": [2], "dtype": np.bool_}]

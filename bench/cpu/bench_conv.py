@@ -76,8 +76,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=15)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     print(harness.table_head(["layer (H, W, Cin, Cout, K, stride)", "conv ms", "taps ms", "im2col ms",
                               "litegpu picks"], "lrrrl"))
     for h, w, cin, cout, k, s in SHAPES:

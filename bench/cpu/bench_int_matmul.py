@@ -33,8 +33,7 @@ def main() -> None:
     highest = jax.lax.Precision.HIGHEST
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     variants = {
         "int64": lambda x, w: jnp.matmul(x.astype(jnp.int64) + 3, w.astype(jnp.int64)),
         "int32": lambda x, w: jnp.matmul(x.astype(jnp.int32) + 3, w.astype(jnp.int32)).astype(jnp.int64),

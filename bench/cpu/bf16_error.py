@@ -40,8 +40,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=30)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     print(harness.table_head(["model", "fp32 ms", "bf16 ms", "speed-up", "max relative error"], "lrrrr"))
     for path in args.models:
         r = measure(path, args.threads, args.runs)

@@ -25,8 +25,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
 
     import litegpu
     from litegpu.backends import xla

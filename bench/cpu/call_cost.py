@@ -118,8 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: the physical cores (litegpu's default)")
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--batch", type=int, default=50)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     from litegpu.backends.engine import physical_cores
 
     threads = args.threads or physical_cores()

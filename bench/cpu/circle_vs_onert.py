@@ -39,8 +39,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", default="", help="run only the models whose name contains this (e.g. ggml)")
     parser.add_argument("--tico", action="store_true", help="only the tico-made models (no ggml weights)")
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
 
     import onert
 

@@ -104,8 +104,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--per-op", action="store_true", help="MODEL INTERMEDIATES.npz: each op through OpenVINO")
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     if args.per_op:
         per_op(args.models[0], args.models[1])
     else:

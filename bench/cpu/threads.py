@@ -40,8 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--rounds", type=int, default=400)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     from litegpu.backends.engine import physical_cores
 
     cores = physical_cores()

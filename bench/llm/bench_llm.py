@@ -148,8 +148,7 @@ def main() -> None:
     parser.add_argument("--without-litert", action="store_true",
                         help="also time litegpu with the official interpreter kept out (XLA and OpenVINO)")
     parser.add_argument("--skip", nargs="*", default=[], help="runtimes to leave out, e.g. 'official builtin'")
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, 100, args.prompt)]
     runs = {}
     for path in args.model:

@@ -178,8 +178,7 @@ def main() -> int:
                         "converted at a time)")
     p.add_argument("--keep", type=Path, help="write the model into this folder and keep it")
     p.add_argument("--json", type=Path, help="write all numbers here")
-    args = p.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(p)
     report: dict = {}
     path = args.model
     if path is None:

@@ -69,8 +69,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument("--limit-gb", type=float, default=6.0)
     parser.add_argument("--kernel-mode", choices=("fast", "builtin"), default="fast")
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     gib = lambda n: f"{n / (1 << 30):.2f}"  # noqa: E731
     print(harness.table_head([f"model ({args.kernel_mode})", "file MB", "peak after load GiB", "after first run GiB",
                               "after second GiB", "first output s", "plan"], "lrrrrrl"))

@@ -169,8 +169,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     if any(n < 1 for n in args.batches):
         parser.error("--batches must be positive")
     official_gpu = False

@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps-per-launch", type=int, default=1, help="the batcher's decode steps per launch")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser, argv)
     rows = [row for weights in args.weights for row in bench(weights, args)]
     print(markdown(rows))
     if args.json:

@@ -26,8 +26,7 @@ def main() -> None:
     parser.add_argument("--fake-cpu-devices", type=int, default=0)
     parser.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--seconds", type=float, default=3.0)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     if args.fake_cpu_devices:
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.fake_cpu_devices}"
     import numpy as np

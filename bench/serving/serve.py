@@ -198,8 +198,7 @@ def main() -> None:
     parser.add_argument("--llm", type=Path, default=ROOT / "tests" / "heldout" / "litert_torch" / "smollm_tiny.litertlm")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     levels = [int(c) for c in args.clients.split(",")]
     results = {"tensor": tensor_models(levels, args.requests, args.rounds), "llm": llm(args.llm, levels, args.max_tokens)}
     if args.json:

@@ -50,8 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     cold, warm = [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as d:

@@ -59,8 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument("--profile", action="store_true", help="also time --profile's per-op times")
-    args = parser.parse_args()
-    print(harness.machine_line(), flush=True)
+    args = harness.parse_args(parser)
     warnings.simplefilter("ignore")
     print(harness.table_head(["model", "plan only (s)", "compile (s)", "distance (s)",
                               *(["--profile (s)"] if args.profile else []), "default plan",
