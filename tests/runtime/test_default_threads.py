@@ -20,7 +20,7 @@ from litegpu.backends.engine import EngineSettings, physical_cores  # noqa: E402
 
 CPU = litegpu.HardwareAccelerator.CPU
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "models"
-# on the official interpreter whole in the default plan, and big enough that more threads pay (bench/threads.py)
+# on the official interpreter whole in the default plan, and big enough that more threads pay (bench/cpu/threads.py)
 MODEL = SHARED / "mobilenet_v3_small_float32.tflite"
 
 

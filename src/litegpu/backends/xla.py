@@ -62,7 +62,7 @@ INT_PARAM_MIN_BYTES = 64 << 10
 # MB) fold entirely.  (Converting in every run costs time on a CPU: see BENCHMARKS.md, issue 9.)  On a
 # GPU the weights stay as the file holds them, whatever their size (FOLD_GROWTH_DEVICE_SHARE of the device's
 # free memory is the budget there, 0 by default): a GPU converts a float16, int8 or int4 weight inside the
-# kernel that reads it (XLA fuses the conversion into the matrix product: ``bench/gpu_compile.py``), so a
+# kernel that reads it (XLA fuses the conversion into the matrix product: ``bench/gpu/gpu_compile.py``), so a
 # wider copy would only cost memory and, for a memory-bound decode step, time.  (Folding float16 to float32
 # on the H200 was 1.77 against 2.27 ms per token while the conversion was not fused, BENCHMARKS.md "GPU".)
 FOLD_BUDGET_BYTES = 512 << 20
@@ -81,7 +81,7 @@ BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = 256 << 20
 # Options of every XLA GPU compile.  XLA GPU merges matrix products that share an operand (q, k and v of one
 # input) into one product over the concatenated weights, which copies the weights every call and, with
 # weights converted from int8 or float16, materializes them as float32 (a 2-layer int8 decoder's prefill:
-# 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu_compile.py); without it each product fuses the
+# 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu/gpu_compile.py); without it each product fuses the
 # conversion of its own weight.
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_dot_merger_threshold_mb": 0}
 # Runs of programs that allocate at least this much (XLA's temporaries and outputs) first give the C heap's
@@ -176,7 +176,7 @@ def _is_quantized(t: Tensor) -> bool:
 
 # Sub-byte weights an accelerator holds in XLA's own 4-bit types (two to a byte on the device, converted inside
 # the kernels that read them): packed bytes unpacked by shifts in the program are fused into a matrix-vector
-# product but not into a matrix product's kernel, which then reads an int8 copy (``bench/gpu_compile.py``:
+# product but not into a matrix product's kernel, which then reads an int8 copy (``bench/gpu/gpu_compile.py``:
 # a decoder's prefill).
 NATIVE_SUB_BYTE = {"int4": "int4", "uint4": "uint4"}
 
@@ -367,7 +367,7 @@ class _XlaRunner(_PolicyRunner):
         taking the new position's keys or values) the update goes straight into the stack and the block reads
         its layer's slice of the updated stack: made as the slice updated, then written back, XLA copied each
         layer's cache out and in again every step (4 MB a layer and token for a 2048-wide cache of 256
-        positions, ``bench/gpu_compile.py``)."""
+        positions, ``bench/gpu/gpu_compile.py``)."""
         xp, lax = self._xp, self._lax
         template = region.blocks[0]
         made = lambda j, o: sg.operators[template[j]].outputs[o]  # noqa: E731
@@ -479,7 +479,7 @@ class _XlaRunner(_PolicyRunner):
                    and not isinstance(values[i], np.ndarray)]
         saved = self._zero, self._tie_all, self._memo
         # XLA GPU fuses a weight's conversion into the kernel that reads it, where a tie (an add on the
-        # weight) would stop that fusion and copy the weight every call (``bench/gpu_compile.py``): the
+        # weight) would stop that fusion and copy the weight every call (``bench/gpu/gpu_compile.py``): the
         # ties are for XLA CPU, which would convert every weight at the program's start.
         self._zero = None if self.target is Target.XLA_GPU else _zero_after(runtime)
         self._tie_all, self._memo = False, {}

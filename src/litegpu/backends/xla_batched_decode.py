@@ -154,7 +154,7 @@ class BatchedDecode(CarriedCaches):
             return self._programs[what]
 
     def lowered(self, slots: int, sampled: bool = False) -> Any:
-        """The launch's program lowered (``bench/gpu_compile.py`` compiles it for a GPU not here)."""
+        """The launch's program lowered (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here)."""
         return self._jitted(slots, sampled).lower(self.backend.params, *self._specs(slots))
 
     def formats(self, slots: int) -> list[Any]:
@@ -256,7 +256,7 @@ def _sample(logits: Any, top_k: Any, seed: Any, counter: Any, temperature: Any, 
 def deviceless_batched_programs(model: Any, state: Any, precision: str = "fp32",
                                 slots: Sequence[int] = (8, 32, 64)) -> list[tuple[str, Any, list, int]]:
     """(label, lowered program, the weights it reads as (params key, tensor), tokens per call) of the batched decode
-    step of an LLM (litert-torch's signature names) at each slot count, for ``bench/gpu_compile.py``."""
+    step of an LLM (litert-torch's signature names) at each slot count, for ``bench/gpu/gpu_compile.py``."""
     found = deviceless_decode(model, state, precision)
     if found is None:
         return []

@@ -240,7 +240,7 @@ def uint4_fc(xp: Any, lax: Any, x: Any, q: Any, scales: Any, zero_points: Any, s
     the dequantize-then-multiply product.  XLA multiplies by q - 8 and adds (8 - zero_point) * sum(x): with
     ``stored``, the weight as the GPU holds it (XLA's uint4), q - 8 is the uint4 XOR 8 read as int4, which
     XLA GPU converts inside the product's kernel (it converts no uint4 there: a float32 copy of the weight
-    was made for a prefill, ``bench/gpu_compile.py``); then the scales multiply the product."""
+    was made for a prefill, ``bench/gpu/gpu_compile.py``); then the scales multiply the product."""
     if lax is None:
         weights = ((q.astype(np.float32) - zero_points[:, None]) * scales[:, None]).astype(np.float32)
         return x.astype(np.float32) @ weights.T

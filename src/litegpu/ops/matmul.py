@@ -595,7 +595,7 @@ def _blockwise_fc_partial_sums(xp: Any, ctx: OpContext, x: Any, w: Any, bias: An
     """XLA GPU: the quantized rows times the int4 weights block by block (one batched product over the blocks,
     whose partial sums are exact in float32), then the partial sums times the block scales, summed.  The
     scales stay off the weights, so XLA converts the weights inside the product's kernel and never holds them
-    wider than packed (scales on the weights materialized a float32 copy: ``bench/gpu_compile.py``)."""
+    wider than packed (scales on the weights materialized a float32 copy: ``bench/gpu/gpu_compile.py``)."""
     units, depth = w.shape
     block, scales = _block_scales(ctx, units, depth)
     blocks = depth // block

@@ -75,7 +75,7 @@ class _StraightPath:
     """A signature that one host engine runs whole, taking numpy arrays as they are (the official interpreter,
     on the models that run in microseconds): the call checks each input's type, dtype and shape and hands the
     arrays straight to the engine, in two or three Python frames instead of a dozen (issue 26: litegpu's call
-    within 3 us of the official interpreter's own; ``bench/call_cost.py``).  Anything else (another dtype or
+    within 3 us of the official interpreter's own; ``bench/cpu/call_cost.py``).  Anything else (another dtype or
     shape, a TensorBuffer a run has yet to fill, a device array) takes the general path, which converts,
     checks in detail and says what is wrong.  ``shapes`` is the model's live list of the signature's input
     shapes, so a resize is seen at once."""
