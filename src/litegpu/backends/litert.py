@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 # XLA's 354 ms, when the bound was 1 GiB (issue 26).
 MAX_LITERT_MODEL_BYTES = 2 << 30
 PACKED_COPY_ROOM = 3
-# Models up to this many multiply-accumulates per run have their thread count timed when it is litegpu's default:
-# one thread against the physical cores.  On ops this small XNNPACK's second thread can cost more than it
+# Models up to this many multiply-accumulates per run have their thread count timed: one thread against the count
+# asked for (by default the physical cores).  On ops this small XNNPACK's second thread can cost more than it
 # saves (the work of an op too small to share out); the bound keeps the timing at most about 0.1 s of a
 # first start (a 50 M model runs in about 1-3 ms here), and bigger models share their work well.
 THREAD_CHOICE_MAX_MACS = 50_000_000
@@ -199,11 +199,12 @@ class LiteRtEngine(Engine):
         return self._interpreters[key]
 
     def threads_for(self, model: Model, file: str | None, scope: str) -> int:
-        """The thread count of the interpreter over ``model``: the count asked for; by default the physical
-        cores, or one thread on a small model (``THREAD_CHOICE_MAX_MACS``) where timing the two says one is
-        as fast.  The verdict is kept in the compile cache (``scope`` names the model or its part)."""
+        """The thread count of the interpreter over ``model``: the count asked for (by default the physical
+        cores), or one thread on a small model (``THREAD_CHOICE_MAX_MACS``) where timing the two says one is
+        as fast: never more than asked.  The verdict is kept in the compile cache (``scope`` names the model
+        or its part)."""
         cores = thread_count(self.settings)
-        if self.settings.num_threads > 0 or cores == 1:
+        if cores == 1:
             return cores
         from ..ir.macs import model_macs
 
