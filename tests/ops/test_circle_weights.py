@@ -287,9 +287,9 @@ def dequantized(raw: np.ndarray, dtype: str, units: int, depth: int) -> np.ndarr
 @pytest.mark.parametrize("scales,copies", [
     ("bfloat16", 1),       # positive scales bfloat16 holds: litert-torch's form, one copy
     ("float16", 2),        # positive float16 scales: their leading bits and the rest
-    ("ggml", 4),           # ggml's quantizer: signed scales, the quant -8 in every block
-    ("tiny", 4),           # scales that are float16 subnormals
-    ("zeros", 4),          # blocks of zeros (scale 0), and a row of them
+    ("ggml", 2),           # ggml's quantizer: signed scales (and block sums), the quant -8 in every block
+    ("tiny", 2),           # scales that are float16 subnormals
+    ("zeros", 2),          # blocks of zeros (scale 0), and a row of them
 ])
 def test_q4_0_weights_become_int4_blocks_exactly(scales, copies):
     from litegpu.ops import _block_weights as bw
@@ -318,6 +318,8 @@ def test_q4_0_weights_become_int4_blocks_exactly(scales, copies):
     assert not np.any(s.view(np.uint32) & 0xFFFF)  # ... and bfloat16 holds (it keeps them so)
     # the low bits of a float16 scale are mostly subnormal as float16: the input is scaled up first
     assert (mapped.input_scale == 1) == (scales == "bfloat16")
+    # a negative block adds its |d| times the block's inputs' sum: ggml's scales only
+    assert (mapped.block_sums is not None) == (scales not in ("bfloat16", "float16"))
     np.testing.assert_array_equal(mapped.dequantized(), dequantized(raw, "ggml_q4_0", units, depth))
 
 

@@ -273,12 +273,12 @@ def affine_parameters(ctx: Any, t: Any, rows: int) -> tuple[np.ndarray, np.ndarr
 # are sums of such weights:
 #
 # - q4_0 (q in -8..7 times a float16 d of either sign; ggml's quantizer makes half the scales negative, and gives
-#   the block's largest value the quant -8): a negative block is (-q) * |d| = (-q - r) * |d| + r * |d|, with
-#   r = 1 where -q = 8 (out of int4's range), else 0; a scale bfloat16 does not hold is hi + lo, hi its leading
-#   8 significant bits and lo the rest (3 bits: bfloat16 holds it).  Each (quants, scales) term is a copy of the
-#   weight along depth, fed the input once more (CONCATENATION): one to four copies, the weight's products as
-#   many times over.  Scales too small for a normal float16 (lo of a small d) are scaled up by a power of two
-#   that the input is multiplied by first (exact).
+#   the block's largest value the quant -8): a negative block is (-q - 1) * |d| + |d|, its quants -q - 1 in
+#   -8..7 again, and |d| times the sum of the block's inputs a float FULLY_CONNECTED of [units, depth / 32]
+#   weights on those sums (a 32nd of the work).  A scale bfloat16 does not hold is hi + lo, hi its leading 8
+#   significant bits and lo the rest (3 bits: bfloat16 holds it), each a copy of the weight along depth fed
+#   the input once more (CONCATENATION): twice the int4 products.  Scales too small for a normal float16 (lo of
+#   a small d) are scaled up by a power of two that the input is multiplied by first (exact).
 # - q8_0 / q8_1 rows whose blocks all share one scale: per-channel int8.  Rows of several scales (what ggml
 #   writes) have no exact form there, and stay on XLA.
 #
@@ -292,13 +292,15 @@ _HALF_TINY, _HALF_MAX = 2.0 ** -14, 65504.0
 @dataclass(frozen=True)
 class TfliteWeights:
     """ggml weights [units, depth] as TFLite weights for a FULLY_CONNECTED whose input is first multiplied by
-    ``input_scale`` (a power of two; 1: not at all) and concatenated ``copies`` times along its last axis."""
+    ``input_scale`` (a power of two; 1: not at all) and concatenated ``copies`` times along its last axis, plus
+    (``block_sums``) a float FULLY_CONNECTED on the sums of the input's blocks of ``BLOCK``."""
 
     values: np.ndarray     # int8 [units, copies * depth]: int4 range where ``dtype`` is int4
     dtype: str             # "int4" (blockwise, blocks of ``BLOCK``) or "int8" (per channel)
     scales: np.ndarray     # float16 [units, copies * depth / BLOCK] (int4), float32 [units] (int8)
     copies: int
     input_scale: float
+    block_sums: np.ndarray | None = None  # float32 [units, depth / BLOCK]: what each block adds to its every value
 
     def dequantized(self) -> np.ndarray:
         """float64 [units, depth]: the weights these stand for, the copies summed (each product is exact)."""
@@ -308,7 +310,10 @@ class TfliteWeights:
         else:
             blocks = self.values.reshape(units, -1, BLOCK).astype(np.float64)
             w = (blocks * self.scales.astype(np.float64)[..., None]).reshape(units, -1)
-        return w.reshape(units, self.copies, -1).sum(axis=1) * self.input_scale
+        w = w.reshape(units, self.copies, -1).sum(axis=1) * self.input_scale
+        if self.block_sums is not None:
+            w = w + np.repeat(self.block_sums.astype(np.float64), BLOCK, axis=1)
+        return w
 
 
 def as_tflite_weights(raw: np.ndarray, dtype: str, units: int, depth: int) -> TfliteWeights | str:
@@ -320,18 +325,10 @@ def as_tflite_weights(raw: np.ndarray, dtype: str, units: int, depth: int) -> Tf
     if dtype != "ggml_q4_0":
         return f"{dtype} weights have no exact form in XNNPACK's kernels (q4_0 and q8_0 do)"
     negative = d < 0
-    flipped = np.where(negative[..., None], -q, q)  # -8..8
-    overflow = (flipped > 7).astype(np.int8)
-    terms = []
-    for values in (flipped - overflow, overflow):
-        for scale in _bfloat16_parts(np.abs(d)):
-            used = (scale != 0) & np.any(values != 0, axis=-1)
-            if used.any():
-                terms.append((np.where(used[..., None], values, 0).astype(np.int8), np.where(used, scale, 0)))
-    if not terms:  # all zeros
-        terms = [(np.zeros_like(q), np.zeros_like(d))]
-    scales = np.concatenate([s for _, s in terms], axis=1)
-    nonzero = scales[scales != 0]
+    values = np.where(negative[..., None], -q - 1, q).astype(np.int8)  # -8..7
+    parts = _bfloat16_parts(np.abs(d))
+    nonzero = np.concatenate(parts, axis=1)
+    nonzero = nonzero[nonzero != 0]
     input_scale = 1.0
     if nonzero.size:
         smallest, largest = float(nonzero.min()), float(nonzero.max())
@@ -340,10 +337,12 @@ def as_tflite_weights(raw: np.ndarray, dtype: str, units: int, depth: int) -> Tf
         if largest / input_scale > _HALF_MAX:
             return (f"block scales from {smallest:.3g} to {largest:.3g}: more than float16's normal range, which "
                     "XNNPACK's block scales must fit")
-    # an empty block (no value, or scale 0) gets scale 1: XNNPACK refuses a zero scale
-    half = np.where(scales == 0, 1.0, scales / input_scale).astype(np.float16)
-    values = np.concatenate([v.reshape(units, depth) for v, _ in terms], axis=1)
-    return TfliteWeights(values, "int4", half, len(terms), input_scale)
+    # a block of scale 0 gets scale 1 and zero values (XNNPACK refuses a zero scale)
+    copies = [np.where((scale == 0)[..., None], 0, values).reshape(units, depth) for scale in parts]
+    scales = np.concatenate([np.where(scale == 0, 1.0, scale / input_scale) for scale in parts], axis=1)
+    block_sums = np.where(negative, -d, 0).astype(np.float32) if negative.any() else None
+    return TfliteWeights(np.concatenate(copies, axis=1), "int4", scales.astype(np.float16), len(parts),
+                         input_scale, block_sums)
 
 
 def _bfloat16_parts(scale: np.ndarray) -> list[np.ndarray]:

@@ -115,6 +115,17 @@ def _circle_weight_reason(x: Any, w: Any) -> str | None:
     return bw.block_reason(w, "weights") if bw.is_block_weight(w.dtype) else bw.uint4_reason(w, "weights")
 
 
+def _block_sums_product(g: Any, x: int, block_sums: np.ndarray, out_shape: tuple) -> int:
+    """Builtin ops computing, for each input row, its sums over blocks of ``bw.BLOCK`` times ``block_sums``
+    [units, blocks]: a float FULLY_CONNECTED on the sums, shaped as the op's output ``out_shape``."""
+    units, blocks = block_sums.shape
+    rows = math.prod(g.shape(x)) // (blocks * bw.BLOCK)
+    split = g.op("RESHAPE", [x, g.constant(np.array([rows, blocks, bw.BLOCK], np.int32))], (rows, blocks, bw.BLOCK))
+    sums = g.op("SUM", [split, g.constant(np.array([2], np.int32))], (rows, blocks), keep_dims=False)
+    product = g.op("FULLY_CONNECTED", [sums, g.constant(block_sums), -1], (rows, units))
+    return g.op("RESHAPE", [product, g.constant(np.array(out_shape, np.int32))], out_shape)
+
+
 @register("FULLY_CONNECTED")
 class FullyConnected(Op):
     dtypes = ("float32", "int8", "uint8", "int16")
@@ -187,9 +198,13 @@ class FullyConnected(Op):
         weights = g.constant(mapped.values, mapped.dtype, quantization)
         bias = op.inputs[2] if len(op.inputs) > 2 else -1
         out = op.outputs[0]
-        y = g.op("FULLY_CONNECTED", [source, weights, bias], g.shape(out), output=out if activation == "NONE" else None,
+        last = mapped.block_sums is None and activation == "NONE"  # this FULLY_CONNECTED writes the op's output
+        y = g.op("FULLY_CONNECTED", [source, weights, bias], g.shape(out), output=out if last else None,
                  keep_num_dims=bool(op.options.get("keep_num_dims", False)), asymmetric_quantize_inputs=True)
-        if activation != "NONE":
+        if mapped.block_sums is not None:  # the blocks' sums times what each block adds, then the activation
+            g.op("ADD", [y, _block_sums_product(g, x.index, mapped.block_sums, g.shape(out))], g.shape(out),
+                 output=out, fused_activation_function=activation)
+        elif activation != "NONE":
             g.op(activation, [y], g.shape(out), output=out)
         return True
 
