@@ -225,3 +225,32 @@ def test_planner_runs_lowered_ggml_weights_on_xnnpack(monkeypatch, tmp_path):
     x = random_input((2, 3, 64), seed=9)
     np.testing.assert_allclose(np.asarray(compiled(x)), ReferenceBackend(lower_circle_ops(model)).run([x])[0],
                                rtol=1e-5, atol=1e-5)
+
+
+def ggml_table(dtype, units=50, depth=64):
+    """A GATHER of rows of a ggml table [units, depth] (signed scales), by indices [2, 3]."""
+    rng = np.random.default_rng(10)
+    if dtype == "ggml_q4_0":
+        raw = ggml_quantized_q4_0(rng.standard_normal((units, depth)).astype(np.float32))
+    else:
+        d = rng.uniform(-0.05, 0.05, (units, depth // 32)).astype(np.float16)
+        q = rng.integers(-128, 128, (units, depth // 32, 32)).astype(np.int8)
+        raw = np.concatenate([d.view(np.uint8).reshape(units, -1, 2), q.view(np.uint8)], axis=-1).reshape(-1)
+    b = ModelBuilder()
+    i = b.input("i", (2, 3), "int32")
+    t = b.tensor("table", (units, depth), dtype, buffer=b.add_buffer(raw), raw=raw)
+    y = b.tensor("y", (2, 3, depth))
+    b.op("GATHER", [t, i], [y], axis=0)
+    b.output(y)
+    return dataclasses.replace(b.build(), file_format="circle")
+
+
+@pytest.mark.parametrize("dtype", ["ggml_q4_0", "ggml_q8_0"])
+def test_ggml_tables_are_gathered_and_decoded_by_builtin_ops_exactly(dtype):
+    model = ggml_table(dtype)
+    lowered = lower_circle_ops(model)
+    assert lowerable(model) == [f"GATHER of {dtype}"] and format_refusal(lowered) is None
+    indices = np.array([[0, 49, 3], [7, 7, 1]], np.int32)
+    rows = ReferenceBackend(model).run([indices])[0]  # ggml_get_rows: the dequantized rows (tests/ops)
+    np.testing.assert_array_equal(ReferenceBackend(lowered).run([indices])[0], rows)
+    np.testing.assert_array_equal(official(read_model(to_bytes(lowered)), [indices]), rows)
