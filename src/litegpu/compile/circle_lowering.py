@@ -89,7 +89,8 @@ def lowerable(model: Model) -> list[str]:
     for sg in model.subgraphs:
         for op in sg.operators:
             if _circle_only(sg, op, circle) and _lowering(model, sg, op, list(sg.tensors), list(model.buffers)):
-                found.add(op.opcode_name if op.opcode_name in circle else f"{op.opcode_name} of {_circle_types(sg, op)}")
+                circle_op = op.opcode_name in circle
+                found.add(op.opcode_name if circle_op else f"{op.opcode_name} of {_circle_types(sg, op)}")
     return sorted(found)
 
 

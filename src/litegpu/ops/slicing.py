@@ -323,8 +323,9 @@ class Gather(Op):
         else:  # element j is the low nibble of byte j, element j + 16 its high nibble
             nibbles = g.op("CAST", [stored], (rows, blocks, bw.BLOCK // 2))
             sixteen = g.constant(np.array(16, np.float32))
-            halves_q = [g.op(name, [nibbles, sixteen], (rows, blocks, bw.BLOCK // 2)) for name in ("FLOOR_MOD", "FLOOR_DIV")]
-            quants = g.op("SUB", [g.op("CONCATENATION", halves_q, (rows, blocks, bw.BLOCK), axis=2),
+            low_high = [g.op(name, [nibbles, sixteen], (rows, blocks, bw.BLOCK // 2))
+                        for name in ("FLOOR_MOD", "FLOOR_DIV")]
+            quants = g.op("SUB", [g.op("CONCATENATION", low_high, (rows, blocks, bw.BLOCK), axis=2),
                                   g.constant(np.array(layout.centre, np.float32))], (rows, blocks, bw.BLOCK))
         values = g.op("MUL", [quants, scale], (rows, blocks, bw.BLOCK))
         g.op("RESHAPE", [values, g.constant(np.array(g.shape(op.outputs[0]), np.int32))], g.shape(op.outputs[0]),
