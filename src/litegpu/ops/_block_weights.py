@@ -282,8 +282,9 @@ def affine_parameters(ctx: Any, t: Any, rows: int) -> tuple[np.ndarray, np.ndarr
 # - q8_0 / q8_1 rows whose blocks all share one scale: per-channel int8.  Rows of several scales (what ggml
 #   writes) have no exact form there, and stay on XLA.
 #
-# The products then differ from ggml's as XNNPACK's row quantization differs from ggml's per block of 32 (both
-# about 0.5 % of the largest output off the float product on random weights; ``TfliteWeights``).
+# The products then differ from ggml's as XNNPACK's row quantization differs from ggml's per block of 32 (a
+# ggml-quantized 11008 x 4096 weight: 0.9 % of the largest output off the float product of the same weights,
+# ggml's own rounding 0.6 %).
 
 # float16's smallest normal and largest finite values: XNNPACK refuses subnormal block scales
 _HALF_TINY, _HALF_MAX = 2.0 ** -14, 65504.0
