@@ -254,3 +254,11 @@ def test_ggml_tables_are_gathered_and_decoded_by_builtin_ops_exactly(dtype):
     rows = ReferenceBackend(model).run([indices])[0]  # ggml_get_rows: the dequantized rows (tests/ops)
     np.testing.assert_array_equal(ReferenceBackend(lowered).run([indices])[0], rows)
     np.testing.assert_array_equal(official(read_model(to_bytes(lowered)), [indices]), rows)
+
+
+def test_ggml_weights_too_big_for_the_official_interpreter_once_rewritten_are_left(monkeypatch):
+    from litegpu.backends import litert
+
+    model = ggml_fc()
+    monkeypatch.setattr(litert, "MAX_LITERT_MODEL_BYTES", 2 * sum(b.size for b in model.buffers) - 1)
+    assert lower_circle_ops(model) is model

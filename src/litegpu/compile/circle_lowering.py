@@ -29,7 +29,7 @@ import numpy as np
 from ..ir import Buffer, Model, Operator, Quantization, Subgraph, Tensor
 from ..ir.dtypes import SUB_BYTE_BITS, from_numpy, pack_sub_byte
 from ..ir.load import freeze
-from ..ir.save import op_format_refusal
+from ..ir.save import constant_bytes, op_format_refusal
 from ..ir.model import Options
 from ..ir.opcodes import builtin_codes, circle_only_ops, option_defaults, options_table_for
 from ..ops import Target, lookup
@@ -86,17 +86,25 @@ def lowerable(model: Model) -> list[str]:
     reads a circle-only weight type is named with it ("FULLY_CONNECTED of ggml_q4_0")."""
     circle = circle_only_ops()
     found = set()
-    for sg in model.subgraphs:
-        for op in sg.operators:
-            if _circle_only(sg, op, circle) and _lowering(model, sg, op, list(sg.tensors), list(model.buffers)):
+    for sg, candidates in zip(model.subgraphs, _candidates(model)):
+        for op, candidate in zip(sg.operators, candidates):
+            if candidate and _lowering(model, sg, op, list(sg.tensors), list(model.buffers)):
                 circle_op = op.opcode_name in circle
                 found.add(op.opcode_name if circle_op else f"{op.opcode_name} of {_circle_types(sg, op)}")
     return sorted(found)
 
 
-def _circle_only(sg: Subgraph, op: Operator, circle: dict[str, int]) -> bool:
-    """Whether TFLite cannot hold ``op``: a circle-only op, or a TFLite op on a circle-only type (ggml weights)."""
-    return op.opcode_name in circle or op_format_refusal(sg, op) is not None
+def _candidates(model: Model) -> list[list[bool]]:
+    """Per subgraph, per op: whether ``lower_circle_ops`` tries to lower it.  TFLite cannot hold it: a circle-only
+    op, or a TFLite op on a circle-only weight type (ggml), the latter only in a model whose rewritten weights (up
+    to twice ggml's bytes) the official interpreter would take (``backends.litert``): past that the rewrite
+    would cost time and memory for nothing."""
+    from ..backends.litert import MAX_LITERT_MODEL_BYTES
+
+    circle = circle_only_ops()
+    weights_too = 2 * constant_bytes(model) <= MAX_LITERT_MODEL_BYTES
+    return [[op.opcode_name in circle or (weights_too and op_format_refusal(sg, op) is not None)
+             for op in sg.operators] for sg in model.subgraphs]
 
 
 def _circle_types(sg: Subgraph, op: Operator) -> str:
@@ -130,12 +138,10 @@ def _lowering(model: Model, sg: Subgraph, op: Operator, tensors: list[Tensor], b
 
 def lower_circle_ops(model: Model) -> Model:
     """``model`` with every circle-only op that has a builtin lowering replaced by it; the model itself when
-    none has."""
-    circle = circle_only_ops()
+    none has (which ops it tries: ``_candidates``)."""
     buffers = list(model.buffers)
     subgraphs = []
-    for sg in model.subgraphs:
-        circle_ops = [_circle_only(sg, op, circle) for op in sg.operators]
+    for sg, circle_ops in zip(model.subgraphs, _candidates(model)):
         if not any(circle_ops):
             subgraphs.append(sg)
             continue
