@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -39,6 +40,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", default="", help="run only the models whose name contains this (e.g. ggml)")
     parser.add_argument("--tico", action="store_true", help="only the tico-made models (no ggml weights)")
+    parser.add_argument("--threads-as-asked", action="store_true",
+                        help="also time litegpu with the interpreter on the 2 threads asked for, not the count its "
+                             "timing chose (one thread on a small model, where that is faster)")
     args = harness.parse_args(parser)
 
     import onert
@@ -60,6 +64,9 @@ def main() -> None:
         # the plan before circle-only ops were lowered for the fast engines: XLA runs a model that has any whole
         exact = litegpu.CompiledModel.from_file(str(made.path), options=builtin)
         runners = {"litegpu": lambda: ours(*made.inputs), "litegpu builtin": lambda: exact(*made.inputs)}
+        if args.threads_as_asked:
+            asked = as_asked(lambda: litegpu.CompiledModel.from_file(str(made.path), options=options))
+            runners[f"litegpu {THREADS} threads"] = lambda: asked(*made.inputs)
         why = None
         try:
             session = onert.infer.session(str(made.path), "cpu")
@@ -85,9 +92,21 @@ def main() -> None:
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
 
 
+def as_asked(make):
+    """``make()`` with the official interpreter's thread count as asked (its timing against one thread off)."""
+    from litegpu.backends import litert
+
+    saved, litert.THREAD_CHOICE_MAX_MACS = litert.THREAD_CHOICE_MAX_MACS, -1
+    try:
+        return make()
+    finally:
+        litert.THREAD_CHOICE_MAX_MACS = saved
+
+
 def ggml_models(folder: Path) -> list:
     """Circle files with ggml weights (as ``tico_models.TicoModel``: name, path, inputs): a q4_0 MLP
-    1024-4096-1024 (one token, and 16), a q8_0 one, a q4_0 MLP 4096-11008-4096 (one token), a q4_0 embedding
+    1024-4096-1024 (one token, and 16), a q8_0 one, a q4_0 MLP 4096-11008-4096 (one token), the same q4_0 MLPs
+    quantized as ggml's quantizer does (signed block scales: ``make_ggml`` writes positive ones), a q4_0 embedding
     table of 32000 x 1024 (16 tokens)."""
     sys.path.insert(0, str(harness.ROOT / "tests" / "ops"))
     from types import SimpleNamespace
@@ -98,9 +117,16 @@ def ggml_models(folder: Path) -> list:
     from litegpu.ir.builder import ModelBuilder
     from litegpu.ir.save import to_bytes
 
-    def mlp(dtype: str, rows: int, width: int = 1024, hidden: int = 4096):
-        up, _ = make_ggml(dtype, hidden, width, seed=1)
-        down, _ = make_ggml(dtype, width, hidden, seed=2)
+    def mlp(dtype: str, rows: int, width: int = 1024, hidden: int = 4096, signed: bool = False):
+        if signed:  # quantized as ggml's quantizer does: half the block scales negative (4 int4 copies on XNNPACK)
+            from circle_oracle import ggml_quantized_q4_0
+
+            weights = np.random.default_rng(3).standard_normal((hidden + width, width + hidden)).astype(np.float32)
+            up = ggml_quantized_q4_0(0.02 * weights[:hidden, :width])
+            down = ggml_quantized_q4_0(0.02 * weights[:width, :hidden])
+        else:
+            up, _ = make_ggml(dtype, hidden, width, seed=1)
+            down, _ = make_ggml(dtype, width, hidden, seed=2)
         b = ModelBuilder()
         x = b.input("x", (rows, width))
         w1 = b.tensor("up", (hidden, width), dtype, buffer=b.add_buffer(up), raw=up)
@@ -120,10 +146,14 @@ def ggml_models(folder: Path) -> list:
             # 50 MB of weights: program parameters on XLA CPU (the smaller ones are folded into the program)
             ("ggml q4_0 MLP 4096-11008-4096, 1 token", mlp("ggml_q4_0", 1, 4096, 11008),
              [rng.standard_normal((1, 4096))]),
+            ("ggml q4_0 MLP 4096-11008-4096 (ggml-quantized: signed scales), 1 token",
+             mlp("ggml_q4_0", 1, 4096, 11008, signed=True), [rng.standard_normal((1, 4096))]),
+            ("ggml q4_0 MLP 1024-4096-1024 (ggml-quantized: signed scales), 16 tokens",
+             mlp("ggml_q4_0", 16, signed=True), [rng.standard_normal((16, 1024))]),
             ("ggml q4_0 embedding 32000 x 1024, 16 tokens",
              gather_model("ggml_q4_0", make_ggml("ggml_q4_0", 32000, 1024)[0], 32000, 1024, indices_shape=(16,)),
              [rng.integers(0, 32000, 16).astype(np.int32)])):
-        path = folder / (name.split(",")[0].replace(" ", "_") + f"_{len(made)}.circle")
+        path = folder / (re.sub(r"[^\w.-]+", "_", name.split(",")[0]) + f"_{len(made)}.circle")
         path.write_bytes(to_bytes(model, CIRCLE))
         made.append(SimpleNamespace(name=name, path=path,
                                     inputs=[x.astype(np.float32) if x.dtype == np.float64 else x for x in inputs]))
