@@ -76,9 +76,48 @@ class Executable(abc.ABC):
         return value, False
 
 
+@dataclasses.dataclass(frozen=True)
+class EngineInfo:
+    """What an engine says of itself: every table of engines (the planner's names and titles, ``doctor``'s roles and
+    install hints, the options' engine names, ``inspect``'s choices) is derived from these, through the registry
+    (``registry.py``), without importing the engine's module (that is left for when the engine is asked for)."""
+
+    name: str                     # its registered name, as plans, options and reports name it
+    title: str                    # how a report names it: "LiteRT (XNNPACK)"
+    role: str                     # what it runs in litegpu, for ``litegpu doctor``
+    install: str                  # how to get it where it is missing
+    # its class, or where to import it from: "module:Class", the module relative to this package
+    make: Any
+    targets: tuple[Target, ...]   # the op rules its partitions carry in plans (``Partition.target``), its own first
+    devices: tuple[str, ...] = ("CPU",)  # where its partitions run: "CPU", "GPU"
+    # a candidate of the fast CPU path (``CpuOptions.engines``): "ops" takes the ops it converts as partitions
+    # (OpenVINO), "whole" takes whole models where it is timed faster (the official interpreter); None: not one
+    fast_cpu: str | None = None
+    # the runtime runs its partitions over the model's own XLA state or numpy runner rather than through
+    # ``compile`` (XLA and the numpy reference, until they run through the interface too: issue 36)
+    runtime_owned: bool = False
+    # ``doctor``'s "available" column and what to add where the engine is installed but has no device here
+    no_device: tuple[str, str] | None = None
+    # Model Explorer overlay of its ops, per device: (label, colour)
+    overlay: tuple[tuple[str, str, str], ...] = ()   # (device, label, colour)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineContext:
+    """What an engine is made with besides its settings: the model's file (``file``; ``whole_file``: the model
+    planned is that file as it is), its compile cache and key, and whether a software device may be used."""
+
+    file: str | None = None
+    whole_file: bool = True
+    cache: Any = None
+    cache_key: dict | None = None
+    allow_software: bool = False
+
+
 class Engine(abc.ABC):
     name: str = ""
     target: Target
+    info: EngineInfo | None = None  # set by the registry on the engines it makes
     # The kernels that run a partition this engine turns out unable to compile (a graph its shape inference
     # refuses, an op its compiler fails on), on the CPU, with a warning naming its error: XLA with the op rules of
     # this target (numpy where XLA refuses an op); None: no fallback, the error reaches the caller.
@@ -87,6 +126,22 @@ class Engine(abc.ABC):
     # Its ``compile`` takes ``host_state``: the model's weights and variables as the runtime holds them on the
     # host (``backends.xla.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from there).
     shares_host_state = False
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "Engine":
+        """A new engine for one model (``context``): what the registry calls.  By default made from its settings."""
+        return cls(settings)  # type: ignore[call-arg]
+
+    @classmethod
+    def device_rows(cls, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``litegpu doctor``'s rows for the devices this engine has of its own (``earlier``: the rows of the
+        engines before it): each a dict of "device", "detail", "engines" and optionally "install".  None here."""
+        return []
+
+    @classmethod
+    def gpu_plan_line(cls, devices: Sequence[dict[str, Any]]) -> str | None:
+        """Where ``doctor`` says GPU plans run, when this engine runs them here (``devices``: every device row)."""
+        return None
 
     @abc.abstractmethod
     def available(self) -> bool:
@@ -107,6 +162,11 @@ class Engine(abc.ABC):
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> Executable:
         """An executable for ``op_range`` of ``model``."""
+
+    def compile_error(self, model: Model, op_range: OpRange) -> str | None:
+        """Why ``op_range`` would fail to compile, found while planning (the planner then gives it to another
+        engine), or None: it compiles, or the engine finds out only at run time."""
+        return None
 
     def version(self) -> str:
         """The engine's version for cache keys, read without loading the engine where that is costly."""
@@ -316,6 +376,6 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     return min(paired, key=paired.__getitem__), paired
 
 
-__all__ = ["HOST", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
+__all__ = ["HOST", "Engine", "EngineContext", "EngineInfo", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
            "installed_version",
            "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]

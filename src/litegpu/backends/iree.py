@@ -57,7 +57,7 @@ from ..errors import (AcceleratorUnavailableError, DeviceLostError, EngineCompil
 from ..ir import Model, Operator, Subgraph, called_subgraphs, numpy_dtype
 from ..ops import Target
 from ..ops.common import without_xla_steering
-from .engine import Engine, EngineSettings, Executable, op_reasons, integer_arithmetic
+from .engine import Engine, EngineContext, EngineSettings, Executable, op_reasons, integer_arithmetic
 from .graph import OpRange
 from .vulkan import VulkanDevice, vulkan_devices, vulkan_problem
 
@@ -171,6 +171,39 @@ def _metal_devices() -> list[IreeDevice]:
     except Exception:  # noqa: BLE001  (no IREE, or no Metal device: nothing to offer)
         return []
     return [IreeDevice("metal", str(info.get("name", "Apple GPU")), False, False, True) for info in listed]
+
+
+# How to add a Vulkan device, for ``litegpu doctor``
+VULKAN_INSTALL = ('a Vulkan driver (Debian/Ubuntu: apt-get install mesa-vulkan-drivers: Intel, AMD, and the software '
+                  'lavapipe; NVIDIA: its driver\'s Vulkan ICD) and pip install "litegpu[vulkan]"')
+
+
+def vulkan_rows(jax_gpu: bool) -> list[dict[str, Any]]:
+    """One row per Vulkan device (and Metal on a Mac): what IREE would do with it."""
+    missing = missing_package()
+    devices = vulkan_devices()
+    usable = [] if missing else iree_devices(allow_software=False)
+    first = usable[0].vulkan if usable and usable[0].vulkan is not None else None
+    rows = []
+    for d in devices:
+        if missing:
+            engines = f"- ({missing})"
+        elif not d.vulkan_1_2:
+            engines = "- (IREE needs Vulkan 1.2)"
+        elif d.is_software:
+            engines = 'iree when asked by name: GpuOptions(engine="iree") (software: the CPU, for tests)'
+        elif jax_gpu:
+            engines = 'iree by name (GpuOptions(engine="iree")); GPU plans use XLA, which sees a GPU'
+        else:
+            engines = "iree: GPU plans run here" if d is first else "iree (not used: GPU plans take the first " \
+                                                                 "device, discrete before integrated)"
+        rows.append({"device": f"Vulkan {d.index}", "detail": d.describe(), "engines": engines})
+    for m in (x for x in usable if x.api == "metal"):
+        rows.append({"device": "Metal", "detail": m.describe(), "engines": "iree (untested: see the README)"})
+    if not rows:
+        rows.append({"device": "Vulkan", "detail": vulkan_problem() or "no Vulkan device", "engines": "-",
+                     "install": VULKAN_INSTALL})
+    return rows
 
 
 def no_device_reason(allow_software: bool = False) -> str:
@@ -1030,6 +1063,21 @@ class IreeEngine(Engine):
         self._device = device
         self.cache, self.cache_key = cache, dict(cache_key or {})
         self._states: dict[int, IreeState] = {}
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "IreeEngine":
+        return cls(settings, allow_software=context.allow_software, cache=context.cache, cache_key=context.cache_key)
+
+    @classmethod
+    def device_rows(cls, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One row per Vulkan device (and Metal on a Mac): what IREE would do with it, beside the GPUs JAX sees
+        (``earlier``'s "GPU n" rows)."""
+        return vulkan_rows(jax_gpu=any(r["device"].startswith("GPU ") for r in earlier))
+
+    @classmethod
+    def gpu_plan_line(cls, devices: Sequence[dict[str, Any]]) -> str | None:
+        usable = [] if missing_package() else iree_devices(allow_software=False)
+        return f"GPU plans run on IREE ({usable[0].api}: {usable[0].name})" if usable else None
 
     @property
     def device(self) -> IreeDevice:

@@ -44,7 +44,7 @@ from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ir.save import constant_bytes
 from ..ops import Target
-from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, installed_version,
+from .engine import (SUB_BYTE_DTYPES, Engine, EngineContext, EngineSettings, Executable, cpu_name, installed_version,
                      integer_arithmetic, physical_cores)
 from .graph import OpRange
 from .memory import host_available_bytes
@@ -106,6 +106,10 @@ class LiteRtEngine(Engine):
         self.file = file
         self._interpreters: dict[tuple[int, OpRange | None], _SharedInterpreter] = {}  # (id(model), part)
         self._refusals: dict[int, str | None] = {}
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "LiteRtEngine":
+        return cls(settings, file=context.file, cache=context.cache, cache_key=context.cache_key)
 
     def available(self) -> bool:
         try:
@@ -704,6 +708,11 @@ class LiteRtExecutable(Executable):
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return self.run_arrays([x if type(x) is np.ndarray else np.asarray(x) for x in inputs])
+
+    def carry(self, initial: Sequence[np.ndarray]) -> "CarriedState":
+        """A state that runs of this model's interpreter hand on to each other (``run_carrying``), starting from
+        ``initial``."""
+        return CarriedState(self.shared, initial)
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``run`` for numpy arrays, in one frame: a model that runs in 2 us is mostly the cost of this call

@@ -41,7 +41,7 @@ from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, installed_version, integer_arithmetic, physical_cores
+from .engine import Engine, EngineContext, EngineSettings, Executable, installed_version, integer_arithmetic, physical_cores
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,21 @@ class OpenVinoEngine(Engine):
         self.file = file
         # partitions compiled while planning (``compile_error``), handed out again by ``compile``
         self._executables: dict[tuple, OpenVinoExecutable] = {}
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "OpenVinoEngine":
+        return cls(cache=context.cache, cache_key=context.cache_key, settings=settings,
+                   file=context.file if context.whole_file else None)
+
+    @classmethod
+    def device_rows(cls, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The Intel GPU: what OpenVINO's GPU plugin (or IREE, through Vulkan) would make of it."""
+        try:
+            report = intel_gpu_report()
+        except Exception as e:  # noqa: BLE001  (OpenVINO missing or broken: say so)
+            return [{"device": "Intel GPU", "detail": f"{type(e).__name__}: {e}", "engines": "-"}]
+        return [{"device": "Intel GPU", "detail": report.explain(),
+                 "engines": "openvino GPU plugin" if report.openvino else ("iree (Vulkan)" if report.hardware else "-")}]
 
     def available(self) -> bool:
         try:

@@ -39,7 +39,7 @@ from ..ops import Target
 from ..ops.common import opaque_zero, rounded_apart, tie_to, unpack_sub_byte
 from ..ops.fixedpoint import exact_divisions
 from ..ops.slicing import clamped_update_starts
-from .engine import Engine, EngineSettings, Executable, op_reasons
+from .engine import Engine, EngineContext, EngineSettings, Executable, op_reasons
 from .graph import STATEFUL_OPS, GraphRunner, OpRange, split_ops
 from .memory import check_fits, device_available_bytes, is_out_of_memory, needed_bytes, out_of_memory
 
@@ -1447,6 +1447,30 @@ class XlaCpuEngine(Engine):
     """Exact TFLite kernels (integers bit for bit) traced into XLA programs on the host."""
 
     name, target = "xla", Target.XLA_CPU
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "XlaCpuEngine":
+        return cls()
+
+    @classmethod
+    def device_rows(cls, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The GPUs JAX sees (CUDA, ROCm), or a row saying how to add one."""
+        try:
+            gpus = [d for d in jax_module().devices() if d.platform != "cpu"]
+        except Exception:  # noqa: BLE001  (JAX missing or broken: no GPU through it)
+            gpus = []
+        if not gpus:
+            return [{"device": "GPU", "detail": "none visible to JAX", "engines": "-",
+                     "install": 'NVIDIA: pip install "litegpu[cuda12]" (or [cuda13], matching the driver); '
+                                'AMD: pip install "jax[rocm]" (JAX\'s ROCm build); any GPU with a Vulkan driver: '
+                                'IREE (see the Vulkan rows)'}]
+        return [{"device": f"GPU {d.id}", "detail": f"{d.platform}: {getattr(d, 'device_kind', d)}", "engines": "xla"}
+                for d in gpus]
+
+    @classmethod
+    def gpu_plan_line(cls, devices: Sequence[dict[str, Any]]) -> str | None:
+        return "GPU plans run on XLA (the GPU JAX sees)" if any(r["device"].startswith("GPU ") for r in devices) \
+            else None
 
     def available(self) -> bool:
         try:

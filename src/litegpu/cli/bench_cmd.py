@@ -240,6 +240,14 @@ def _start(path: Path, options: Any, signature: str | None, arrays: dict | None)
                      "total_ms": (session.load_s + first) * 1e3}
 
 
+def whole_program_engines(plan: Any) -> list[str]:
+    """The engines of ``plan`` that run a partition as one program of their own (not the runtime's XLA or numpy
+    kernels, whose ops can be timed one by one)."""
+    from ..backends import registry
+
+    return [e for e in plan.ops_per_engine() if not registry.info(e).runtime_owned]
+
+
 def delegation(model: Any) -> dict[str, Any]:
     plan = model.plan
     return {"accelerator": model.accelerator, "backend": plan.target.value, "engines": plan.ops_per_engine(),
@@ -346,7 +354,7 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
         if profile:
             result["profile"] = profile_ops(session, repeats=max(3, min(runs, PROFILE_REPEATS_MAX)),
                                             progress=bar, whole_model_ms=result["latency_ms"]["median"])
-            if {"openvino", "litert"} & set(session.model.plan.ops_per_engine()):
+            if whole_program_engines(session.model.plan):
                 # OpenVINO and the official interpreter run a partition as one program: no per-op times to give
                 result["profile"]["note"] = ("per-op times are the exact kernels' under XLA; OpenVINO and the "
                                              "official interpreter run their partitions whole, so they are not "

@@ -233,31 +233,27 @@ class _Loop:
 
 class _CarriedCache:
     """The KV cache kept in the official interpreter between the token-by-token steps, for a model whose every
-    prefill and decode signature it runs whole (``backends.litert.CarriedState``).  A step sets the tokens,
+    prefill and decode signature it runs whole (an executable that carries state between runs: ``carry``, and
+    ``run_carrying``; the official interpreter's, ``backends.litert.CarriedState``).  A step sets the tokens,
     the position (and the mask), runs, and reads the logits; the cache is copied from the last step's output
     tensors into the next step's input tensors inside the interpreter, never through numpy.  Passing it
     through TensorBuffers as inputs and outputs of each run, as the official signature-runner loop does, copies
     every cache tensor out and back in every step (issue 26; BENCHMARKS.md, LLM decode on the CPU)."""
 
     def __init__(self, loop: _Loop, executables: dict[str, Any]):
-        from ..backends.litert import CarriedState
-
         self.executables = executables
-        shared = next(iter(executables.values())).shared
-        self.state = CarriedState(shared, [loop.caches[n]._data() for n in loop.cache_names])
+        self.state = next(iter(executables.values())).carry([loop.caches[n]._data() for n in loop.cache_names])
         self.layouts = {key: _carried_layout(loop, key, executable) for key, executable in executables.items()}
 
     @classmethod
     def for_loop(cls, loop: _Loop) -> "_CarriedCache | None":
         """One for ``loop`` where one official interpreter runs every signature it steps through whole."""
-        from ..backends.litert import LiteRtExecutable
-
         executables = {}
         for key in [loop.decode, *loop.prefills.values()]:  # the decode first: nothing made for another engine
             backend = loop.model._backend(loop.model._signature(key))
             whole = getattr(backend, "whole_executable", None)
             executable = whole() if whole is not None else None
-            if not isinstance(executable, LiteRtExecutable):
+            if not callable(getattr(executable, "run_carrying", None)):  # an engine that carries no state
                 return None
             executables[key] = executable
         if len({id(e.shared) for e in executables.values()}) != 1:
