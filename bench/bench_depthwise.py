@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from litegpu.backends.xla import XlaBackend
+from litegpu.backends.xla.backend import XlaBackend
 from litegpu.ir.builder import ModelBuilder
 from litegpu.ops import Target
-from litegpu.ops.common import conv_output_size
+from litegpu.ops._common import conv_output_size
 
 # (H, W, C, stride) of 3x3 depthwise layers in MobileNet V1 / V2 at 224x224
 SHAPES = [

@@ -25,13 +25,13 @@ def main() -> None:
 
     import litegpu
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    from litegpu.backends import xla
+    from litegpu.backends.xla import backend as xla_backend
 
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(
         num_threads=args.threads, kernel_mode=litegpu.CpuKernelMode.BUILTIN))
     print("| model | official builtin kernels ms | litegpu BUILTIN, classic emitters ms | litegpu BUILTIN now ms | "
           "now / official |\n|---|---:|---:|---:|---:|")
-    now_bound = xla.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES
+    now_bound = xla_backend.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES
     for path in args.models:
         official = Interpreter(model_path=path, num_threads=args.threads,
                                experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
@@ -50,11 +50,11 @@ def main() -> None:
 
         runs = {"official": run_official}
         for name, bound in (("classic", 0), ("now", now_bound)):
-            xla.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = bound
+            xla_backend.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = bound
             model = litegpu.CompiledModel.from_file(path, options=options)
             model.run(inputs)  # compiled here, with this bound
             runs[name] = lambda model=model: model.run(inputs)
-        xla.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = now_bound
+        xla_backend.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = now_bound
         times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.runs):
             for name, run in runs.items():

@@ -57,7 +57,7 @@ def official_runner(path: Path, inputs: list[np.ndarray], threads: int):
 
 
 def time_litegpu(path: Path, inputs: list[np.ndarray]):
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
     from litegpu.ir import read_model
 
     backend = XlaBackend(read_model(path))

@@ -12,7 +12,8 @@ litert = pytest.importorskip("ai_edge_litert.interpreter")
 
 import litegpu  # noqa: E402
 from litegpu.backends import litert as litert_backend  # noqa: E402
-from litegpu.backends.engine import EngineSettings, Executable, fastest, sample_inputs  # noqa: E402
+from litegpu.backends.engine import EngineSettings, Executable  # noqa: E402
+from litegpu.backends.timing import fastest, sample_inputs  # noqa: E402
 from litegpu.backends.registry import engine  # noqa: E402
 from litegpu.backends.graph import OpRange  # noqa: E402
 from litegpu.backends.litert import LiteRtEngine  # noqa: E402
@@ -275,7 +276,7 @@ def _openvino_or_litert(monkeypatch, winner):
         calls.append(sorted(candidates))
         return winner, {name: 1.0 if name == winner else 2.0 for name in candidates}
 
-    monkeypatch.setattr("litegpu.backends.engine.fastest", timed)
+    monkeypatch.setattr("litegpu.backends.timing.fastest", timed)
     return calls
 
 
@@ -295,7 +296,7 @@ def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen
     pytest.importorskip("openvino")
     time_every_model(monkeypatch)
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
-    monkeypatch.setattr("litegpu.backends.engine.fastest", lambda candidates, **kwargs: (
+    monkeypatch.setattr("litegpu.backends.timing.fastest", lambda candidates, **kwargs: (
         min(("litert", 1.0), ("openvino", openvino_ms), key=lambda c: c[1])[0],
         {"litert": 1.0, "openvino": openvino_ms}))
     cm = litegpu.CompiledModel.from_buffer(small_mlp(), CPU)
@@ -373,13 +374,13 @@ def test_fastest_compares_the_candidates_round_by_round(monkeypatch):
 def test_fastest_repeats_short_runs_back_to_back_within_a_round(monkeypatch):
     """A model of microseconds is timed over calls in a row, as it serves them, not one call after the other
     engine's each time."""
-    from litegpu.backends import engine as engine_module
+    from litegpu.backends import timing
 
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     a, b = _Costly([1e-4] * 1000, clock), _Costly([2e-4] * 1000, clock)
     name, seconds = fastest({"a": [(a, [])], "b": [(b, [])]}, budget_s=1e9, min_rounds=2, max_rounds=2)
-    repeat = round(engine_module.MIN_ROUND_S / 1e-4)
+    repeat = round(timing.MIN_ROUND_S / 1e-4)
     assert name == "a" and seconds["a"] == pytest.approx(repeat * 1e-4)
     assert len(a.costs) == 1000 - 2 - 2 * repeat  # two warm-ups, then two rounds of ``repeat`` runs
 

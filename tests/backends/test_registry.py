@@ -179,8 +179,7 @@ def test_every_table_of_engines_comes_from_the_registry():
 
 # The engines' modules and packages in backends/: what runtime/, compile/ and cli/ import none of (they ask the
 # registry).
-ENGINE_MODULES = {"litert", "openvino", "iree", "vulkan", "xla", "xla_generate", "xla_batched_decode", "layer_scan",
-                  "deviceless", "reference"}
+ENGINE_MODULES = {"litert", "openvino", "iree", "xla", "reference"}
 # What still reaches XLA and the numpy reference directly, file by file, until every partition runs through
 # ``engine.compile`` (issue 36, item 3: the XLA engine owns its state, the generation loop, batching), and the
 # fast path's timing memo (item 2: ``compile.choices`` asks the official interpreter and OpenVINO by name).  The
@@ -192,8 +191,8 @@ NOT_YET_THROUGH_THE_REGISTRY = {
     "runtime/partitioned.py": {"xla"},
     "runtime/interpreter.py": {"xla", "reference"},
     "runtime/batched.py": {"xla"},
-    "runtime/generate.py": {"xla", "xla_generate"},
-    "runtime/continuous.py": {"xla_batched_decode"},
+    "runtime/generate.py": {"xla"},
+    "runtime/continuous.py": {"xla"},
     "runtime/environment.py": {"xla"},
     "runtime/tensor_buffer.py": {"xla"},
     "cli/bench_cmd.py": {"xla"},

@@ -302,7 +302,7 @@ class LiteRtEngine(Engine):
 
     def _timed_choice(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
         """``faster_than``'s timing, its verdict remembered."""
-        from .engine import fastest, sample_inputs
+        from .timing import fastest, sample_inputs
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
         try:
@@ -380,7 +380,7 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     import time
 
     from ..ir import entry_subgraphs
-    from .engine import fastest, sample_inputs
+    from .timing import fastest, sample_inputs
 
     candidates = {}
     for threads in (1, cores):
@@ -532,7 +532,7 @@ def _sub_model(model: Model, part: OpRange) -> Model:
 
 
 def _python_custom_ops(model: Model) -> set[str]:
-    from ..ops.python_ops import PythonCustomOp
+    from ..ops.custom.python_ops import PythonCustomOp
     from ..ops.registry import find
 
     return {op.opcode_name for sg in model.subgraphs for op in sg.operators

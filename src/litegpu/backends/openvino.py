@@ -254,7 +254,7 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers
     if any(t.is_variable for t in tensors):
         return "reads a variable tensor"
     if op.is_custom:
-        from ..ops.python_ops import PythonCustomOp
+        from ..ops.custom.python_ops import PythonCustomOp
         from ..ops.registry import find
 
         if isinstance(find(op.opcode_name, custom=True), PythonCustomOp):
@@ -577,7 +577,7 @@ def openvino_gpu_devices() -> list[str]:
 
 
 def intel_gpu_report(pci_root: str = PCI_DEVICES) -> IntelGpuReport:
-    from .vulkan import INTEL_VENDOR_ID, vulkan_devices
+    from .iree.vulkan import INTEL_VENDOR_ID, vulkan_devices
 
     hardware = intel_gpus_on_pci(pci_root) or [d.name for d in vulkan_devices() if d.vendor_id == INTEL_VENDOR_ID]
     return IntelGpuReport(tuple(hardware), tuple(openvino_gpu_devices()))

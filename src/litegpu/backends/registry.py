@@ -39,28 +39,28 @@ def unregister(name: str) -> None:
 register(EngineInfo(
     "litert", "LiteRT (XNNPACK)",
     "CPU: whole small and integer models, where XNNPACK is the fastest engine (the default fast path)",
-    "pip install ai-edge-litert", "litert:LiteRtEngine", (Target.LITERT,), fast_cpu="whole",
+    "pip install ai-edge-litert", ".litert:LiteRtEngine", (Target.LITERT,), fast_cpu="whole",
     overlay=(("CPU", "LiteRT XNNPACK CPU", "#ff8f00"),)))
 register(EngineInfo(
     "openvino", "OpenVINO", "CPU: the float ops OpenVINO converts (the default fast path)", "pip install openvino",
-    "openvino:OpenVinoEngine", (Target.OPENVINO,), fast_cpu="ops", overlay=(("CPU", "OpenVINO CPU", "#0071c5"),)))
+    ".openvino:OpenVinoEngine", (Target.OPENVINO,), fast_cpu="ops", overlay=(("CPU", "OpenVINO CPU", "#0071c5"),)))
 register(EngineInfo(
     "xla", "XLA", "GPU (CUDA, ROCm) and CPU: every op, exact TFLite integer kernels, state, control flow",
     'pip install jax  (GPU: pip install "litegpu[cuda12]" or "litegpu[cuda13]" for NVIDIA, jax[rocm] for AMD)',
-    "xla:XlaCpuEngine", (Target.XLA_CPU, Target.XLA_GPU), devices=("CPU", "GPU"), runtime_owned=True,
+    ".xla.engine:XlaCpuEngine", (Target.XLA_CPU, Target.XLA_GPU), devices=("CPU", "GPU"), runtime_owned=True,
     overlay=(("GPU", "XLA GPU", "#76b900"), ("CPU", "XLA CPU", "#8e24aa"))))
 register(EngineInfo(
     "iree", "IREE",
     "GPU without CUDA or ROCm: Vulkan (Intel, AMD, NVIDIA, Arm GPUs) and Metal (Apple GPUs), the ops XLA's GPU runs",
     'pip install "litegpu[vulkan]", and a Vulkan driver (Debian/Ubuntu: mesa-vulkan-drivers for Intel and AMD; '
-    "NVIDIA's driver has its own)", "iree:IreeEngine", (Target.IREE,), devices=("GPU",),
+    "NVIDIA's driver has its own)", ".iree.engine:IreeEngine", (Target.IREE,), devices=("GPU",),
     no_device=("installed; no hardware Vulkan device",
                "a GPU with a Vulkan 1.2 driver (Debian/Ubuntu: mesa-vulkan-drivers for Intel and AMD; NVIDIA's driver "
                'has its own); a software device (lavapipe) runs only when asked for by name, GpuOptions(engine="iree")'),
     overlay=(("GPU", "IREE GPU", "#2e7d32"),)))
 register(EngineInfo(
     "reference", "the numpy reference", "CPU: numpy interpreter, exact and slow; ops no other engine runs",
-    "numpy (always present)", "reference:ReferenceEngine", (Target.REFERENCE,), runtime_owned=True,
+    "numpy (always present)", ".reference:ReferenceEngine", (Target.REFERENCE,), runtime_owned=True,
     overlay=(("CPU", "numpy reference CPU", "#9e9e9e"),)))
 
 
@@ -80,7 +80,7 @@ def engine_class(name: str) -> type[Engine]:
         make = info(name).make
         if isinstance(make, str):
             module, _, attribute = make.partition(":")
-            make = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+            make = getattr(importlib.import_module(module, __package__), attribute)
         _classes[name] = make
     return _classes[name]
 

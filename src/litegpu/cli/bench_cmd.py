@@ -259,7 +259,7 @@ def delegation(model: Any) -> dict[str, Any]:
 
 def _warm_up_runtime() -> None:
     """Imports and op registration happen before the clock starts: they are the process's, not the model's."""
-    from ..backends.xla import jax_module
+    from ..backends.xla.device import jax_module
     from ..format import load_schema
     from ..ops import _catalog  # noqa: F401  (imports every op module)
 
@@ -379,7 +379,7 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 def _make_profiler_class() -> type:
     """Built on first use: the XLA backend's runner imports nothing heavy, but keep ``inspect`` lean."""
     from ..backends.graph import STATEFUL_OPS
-    from ..backends.xla import _PolicyRunner
+    from ..backends.xla.tracer import _PolicyRunner
 
     class OpProfiler(_PolicyRunner):
         """Times each op of a subgraph as its own ``jax.jit`` program, on the model's device.
@@ -467,7 +467,9 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     model = session.model
     if model.plan.target.value == "reference":
         return _profile_reference(session, repeats, progress)
-    from ..backends.xla import XlaBackend, XlaState, jax_module
+    from ..backends.xla.backend import XlaBackend
+    from ..backends.xla.state import XlaState
+    from ..backends.xla.device import jax_module
     from ..ops import Target
 
     jax = jax_module()

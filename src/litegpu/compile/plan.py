@@ -521,7 +521,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     (``_litert_is_faster``).  ``engines`` passes the engine objects to use by name (holding the model's
     compile cache; ``backends.registry.fast_cpu_engines``); None: OpenVINO if installed, not the official
     interpreter (planning then times nothing).  ``gpu_engine``: the engine of the GPU partitions when it is
-    not XLA (``backends.iree.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
+    not XLA (``backends.iree.engine.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
 
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
@@ -630,7 +630,7 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
     (BENCHMARKS.md); nor is a bigger model, for the same reason.  A tiny model is where the answer varies:
     XNNPACK's call costs about 4 us where XLA's costs 40, but a small decoder of 124 builtin ops ran 0.087 ms
     on XNNPACK (2 threads) against 0.068 on XLA (BENCHMARKS.md, circle models)."""
-    from ..backends.engine import fastest, sample_inputs
+    from ..backends.timing import fastest, sample_inputs
     from ..errors import LiteGpuError
 
     if not all(_on_fast_engine(p) for p in candidate.partitions) \

@@ -337,7 +337,7 @@ class CompiledModel:
         if self._platform != "gpu":
             return None
         from ..backends.sharding import devices_for_weights, estimate
-        from ..backends.xla import jax_module
+        from ..backends.xla.device import jax_module
 
         try:
             gpus = jax_module().devices("gpu")
@@ -649,7 +649,8 @@ class CompiledModel:
 
                 self._reference = ReferenceBackend(self._ir)
             return _ReferenceSignature(self._reference, subgraph)
-        from ..backends.xla import XlaBackend, XlaState
+        from ..backends.xla.backend import XlaBackend
+        from ..backends.xla.state import XlaState
 
         precision = self._options.precision
         model = self._xla_model

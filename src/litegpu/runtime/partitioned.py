@@ -70,7 +70,7 @@ class _XlaUnit:
             return value, False
         if all(d.platform == "cpu" for d in value.devices()):
             return np.asarray(value), True
-        from ..backends.xla import jax_module
+        from ..backends.xla.device import jax_module
 
         return jax_module().device_put(value, device), True
 
@@ -166,7 +166,9 @@ class PartitionedModel:
     def state(self, platform: str) -> Any:
         """Device weights and variables for one JAX platform (created on first use)."""
         if platform not in self._states:
-            from ..backends.xla import XlaBackend, XlaState, device_for
+            from ..backends.xla.backend import XlaBackend
+            from ..backends.xla.state import XlaState
+            from ..backends.xla.device import device_for
 
             device = (self._device or device_for)(platform)
             self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
@@ -192,7 +194,7 @@ class PartitionedModel:
         return _XlaUnit(self._xla_backend(partition))
 
     def _xla_backend(self, partition: Partition) -> Any:
-        from ..backends.xla import XlaBackend
+        from ..backends.xla.backend import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
         backend = XlaBackend(self.model, partition.subgraph_index, platform, precision=self.precision,
