@@ -96,7 +96,10 @@ class EngineInfo:
     targets: tuple[Target, ...]   # the op rules its partitions carry in plans (``Partition.target``), its own first
     devices: tuple[str, ...] = ("CPU",)  # where its partitions run: "CPU", "GPU"
     # a candidate of the fast CPU path (``CpuOptions.engines``): "ops" takes the ops it converts as partitions
-    # (OpenVINO), "whole" takes whole models where it is timed faster (the official interpreter); None: not one
+    # (OpenVINO: the planner asks ``unsupported`` and ``compile_error``), "whole" takes whole models where it is
+    # timed faster (the official interpreter: the planner also asks ``model_refusal``, ``settings_refusal``,
+    # ``faster_than`` and keeps its verdicts with ``cached_choice`` / ``remember_choice``, until the timing memo
+    # is the planner's own: issue 36, item 2); None: not one
     fast_cpu: str | None = None
     # the runtime runs its partitions over the model's own XLA state or numpy runner rather than through
     # ``compile`` (XLA and the numpy reference, until they run through the interface too: issue 36)
@@ -129,7 +132,8 @@ class Engine(abc.ABC):
     fallback: Target | None = None
     fallback_words = ""  # how the warning names them: "the exact kernels", "the CPU"
     # Its ``compile`` takes ``host_state``: the model's weights and variables as the runtime holds them on the
-    # host (``backends.xla.state.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from there).
+    # host (``backends.xla.state.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from
+    # there).
     shares_host_state = False
 
     @classmethod

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +57,16 @@ def dynamic_range_only(model: Model) -> bool:
     return found
 
 
-def fast_path_verdict(model: Model, allowed: Sequence[str] | None, small: Callable[[], bool], settings: EngineSettings,
-                      cache: Any = None, cache_key: dict | None = None) -> HybridVerdict:
-    """The verdict for a model on the default fast CPU path, where ``allowed`` (``CpuOptions.engines``; None: all)
-    are its engines: measured for a dynamic-range model that OpenVINO may take and that is not ``small`` (which the
-    official interpreter runs untimed), measured once and kept in ``cache``."""
-    if (allowed is not None and "openvino" not in allowed) or not dynamic_range_only(model):
+# The engine whose hybrid ops this module measures against the official interpreter's
+HYBRID_ENGINE = "openvino"
+
+
+def fast_path_verdict(model: Model, small: Callable[[], bool], settings: EngineSettings, cache: Any = None,
+                      cache_key: dict | None = None) -> HybridVerdict:
+    """The verdict for a model on the default fast CPU path whose engines include ``HYBRID_ENGINE``: measured for a
+    dynamic-range model that is not ``small`` (which the official interpreter runs untimed), measured once and
+    kept in ``cache``."""
+    if not dynamic_range_only(model):
         return HybridVerdict(False, "not a dynamic-range model on the fast path")
     if small():
         return HybridVerdict(False, "not measured: a small model, which the official interpreter runs without timing")

@@ -41,7 +41,8 @@ from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
-from .engine import Engine, EngineContext, EngineSettings, Executable, installed_version, integer_arithmetic, physical_cores
+from .engine import (Engine, EngineContext, EngineSettings, Executable, installed_version, integer_arithmetic,
+                     physical_cores)
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,8 @@ class OpenVinoEngine(Engine):
             report = intel_gpu_report()
         except Exception as e:  # noqa: BLE001  (OpenVINO missing or broken: say so)
             return [{"device": "Intel GPU", "detail": f"{type(e).__name__}: {e}", "engines": "-"}]
-        return [{"device": "Intel GPU", "detail": report.explain(),
-                 "engines": "openvino GPU plugin" if report.openvino else ("iree (Vulkan)" if report.hardware else "-")}]
+        engines = "openvino GPU plugin" if report.openvino else ("iree (Vulkan)" if report.hardware else "-")
+        return [{"device": "Intel GPU", "detail": report.explain(), "engines": engines}]
 
     def available(self) -> bool:
         try:

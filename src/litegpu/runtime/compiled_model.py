@@ -328,7 +328,8 @@ class CompiledModel:
         devices = resolve_devices(self._options.devices, self._platform)
         if devices is not None and len(devices) > 1 and not registry.info(self._plan.engine).runtime_owned:
             raise InvalidArgumentError(f"{self._ir.source}: devices={self._options.devices!r}: "
-                                       f"{registry.title(self._plan.engine)} runs on one CPU; use CpuOptions(kernel_mode=CpuKernelMode.BUILTIN) to split the weights "
+                                       f"{registry.title(self._plan.engine)} runs on one CPU; use "
+                                       "CpuOptions(kernel_mode=CpuKernelMode.BUILTIN) to split the weights "
                                        "over several devices with XLA")
         return devices if devices is not None and len(devices) > 1 else None
 
@@ -632,12 +633,13 @@ class CompiledModel:
         if self.__dict__.get("_hybrid") is None:
             from ..backends import fidelity
 
-            if self._options.cpu_options.kernels != "fast":
+            allowed = self._options.cpu_options.engines
+            if self._options.cpu_options.kernels != "fast" or (allowed is not None
+                                                                and fidelity.HYBRID_ENGINE not in allowed):
                 self._hybrid = fidelity.HybridVerdict(False, "not a dynamic-range model on the fast path")
             else:  # a small model: the official interpreter runs it untimed (compile.choices)
-                self._hybrid = fidelity.fast_path_verdict(self._ir, self._options.cpu_options.engines,
-                                                          lambda: obvious_by_size(self._ir), settings, self._cache,
-                                                          self._cache_key)
+                self._hybrid = fidelity.fast_path_verdict(self._ir, lambda: obvious_by_size(self._ir), settings,
+                                                          self._cache, self._cache_key)
         return self._hybrid
 
     def _make_backend(self, subgraph: int) -> Any:
