@@ -66,3 +66,16 @@ def check_circle_model(model: Model, inputs: Sequence[np.ndarray], expected: Seq
         for i, (got, want) in enumerate(zip(outputs, expected)):
             np.testing.assert_allclose(got, np.asarray(want), rtol=rtol, atol=atol, err_msg=f"{name} output {i}")
     return again
+
+
+def ggml_quantized_q4_0(w: np.ndarray) -> np.ndarray:
+    """``w`` [units, depth] quantized as ggml's ``quantize_row_q4_0_ref`` does: d = max / -8 (the value of the
+    largest magnitude, signed: half the scales negative, and that value's quant -8), q = min(15, x / d + 8.5)."""
+    units, depth = w.shape
+    blocks = w.reshape(units, depth // 32, 32).astype(np.float32)
+    largest = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    d = (largest / -8).astype(np.float32)
+    inverse = np.where(d != 0, 1 / np.where(d != 0, d, 1), 0).astype(np.float32)
+    q = np.minimum(15, (blocks * inverse[..., None] + 8.5).astype(np.int8))
+    nibbles = (q[..., :16] | (q[..., 16:] << 4)).astype(np.uint8)
+    return np.concatenate([d.astype(np.float16).view(np.uint8).reshape(units, -1, 2), nibbles], axis=-1).reshape(-1)

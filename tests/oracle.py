@@ -205,13 +205,18 @@ def check_consecutive_runs(model: Model, inputs_per_run, rtol: float = 1e-5, ato
 
 
 def load_bench_module(name: str):
-    """A script of ``bench/`` (e.g. the decoder generator) imported by path: bench is not a package."""
+    """A script of ``bench/`` (e.g. the decoder generator), found in whichever area folder holds it
+    (``bench/models/decoder_model.py``), imported by path: bench is not a package."""
     import importlib.util
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    found = [*bench.glob(f"{name}.py"), *(p for p in bench.glob(f"*/{name}.py") if not p.parent.name.startswith("."))]
+    if len(found) != 1:
+        raise LookupError(f"bench script {name!r}: {'found twice: ' + ', '.join(map(str, found)) if found else 'none'}"
+                          f" under {bench}")
+    spec = importlib.util.spec_from_file_location(name, found[0])
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)

@@ -547,3 +547,32 @@ def test_the_room_asked_counts_the_rewritten_copy(monkeypatch):
     monkeypatch.setattr(litert_backend, "host_available_bytes", lambda: (int(3.5 * (1 << 30)), "MemAvailable"))
     assert LiteRtEngine().settings_refusal(plain) is None
     assert "XNNPACK's packed copy" in LiteRtEngine().settings_refusal(rewritten)
+
+
+# ---- a verdict that holds ---------------------------------------------------------------------------------------
+
+def timings_giving(*medians):
+    """``engine.fastest`` stand-in: each call returns the next (litert, openvino) medians; counts its calls."""
+    calls = []
+
+    def timed():
+        litert_s, openvino_s = medians[len(calls)]
+        calls.append(1)
+        found = {"litert": litert_s, "openvino": openvino_s}
+        return min(found, key=found.__getitem__), found
+
+    return timed, calls
+
+
+@pytest.mark.parametrize("medians,winner,timings", [
+    (((1.0, 0.5),), "openvino", 1),                          # clearly apart: one timing decides
+    (((1.0, 1.5),), "litert", 1),
+    (((1.0, 0.98), (1.0, 0.99)), "litert", 2),               # a tie goes to the official default, twice
+    (((1.0, 0.95), (1.0, 0.94)), "openvino", 2),             # close, and the second timing agrees
+    (((1.0, 0.95), (1.0, 1.01), (1.0, 1.02)), "litert", 3),  # close, the verdicts split: the third decides
+    (((1.0, 0.95), (1.0, 1.01), (1.0, 0.9)), "openvino", 3),
+])
+def test_engines_close_to_each_other_get_the_verdict_most_timings_give(medians, winner, timings):
+    timed, calls = timings_giving(*medians)
+    assert litert_backend._verdict_that_holds(timed, "m.tflite", "whole model") == winner
+    assert len(calls) == timings

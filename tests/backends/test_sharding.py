@@ -1,7 +1,7 @@
 """Weights split over several devices (``Options(devices=...)``, ``litegpu.backends.sharding``), tested with
 4 fake CPU devices in a child process (the device count is fixed when JAX starts; the suite keeps one).
 
-The decoders are the project's generator (``bench/decoder_model.py``: float32, int8 per-channel, int4
+The decoders are the project's generator (``bench/models/decoder_model.py``: float32, int8 per-channel, int4
 blockwise) and litert-torch exports (float16, dynamic int8, int4 block32, the transposed KV layout): on
 1, 2 and 4 devices, the same greedy tokens, the same logits within 1e-5 relative, about 1/N of the weight
 bytes on each device, and the KV cache split by head where the head count allows it.
@@ -87,7 +87,7 @@ SCRIPT = textwrap.dedent("""
 
 def run_child(*models: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT / "bench"), str(LITERT_TORCH), *models],
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT / "bench" / "models"), str(LITERT_TORCH), *models],
                           capture_output=True, text=True, timeout=1200, env=env)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
     return done.stdout

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from circle_oracle import ggml_quantized_q4_0
 from oracle import random_input
 
 import litegpu as lg
@@ -162,3 +163,102 @@ def test_plan_model_leaves_gpu_and_exact_plans_alone(rms_block):
         planned = plan_model(rms_block, flags, warn=False, cpu_kernels=kernels,
                              engines=engines if kernels == "fast" and flags & 2 else None)
         assert planned.model is rms_block and not planned.lowered
+
+
+# ---- ggml weights of FULLY_CONNECTED, as TFLite weights XNNPACK multiplies ------------------------------------
+
+def ggml_fc(dtype="ggml_q4_0", in_shape=(2, 3, 64), units=8, activation="RELU", uniform_rows=False):
+    """A FULLY_CONNECTED on ggml weights (quantized as ggml does: signed scales), with bias, keeping dims."""
+    rng = np.random.default_rng(7)
+    depth = in_shape[-1]
+    if dtype == "ggml_q4_0":
+        raw = ggml_quantized_q4_0(rng.standard_normal((units, depth)).astype(np.float32) * 0.1)
+    else:
+        d = rng.uniform(-0.05, 0.05, (units, 1 if uniform_rows else depth // 32))
+        d = np.broadcast_to(d, (units, depth // 32)).astype(np.float16)
+        q = rng.integers(-127, 128, (units, depth // 32, 32)).astype(np.int8)
+        raw = np.concatenate([d.view(np.uint8).reshape(units, -1, 2), q.view(np.uint8)], axis=-1).reshape(-1)
+    b = ModelBuilder()
+    x = b.input("x", in_shape)
+    w = b.tensor("w", (units, depth), dtype, buffer=b.add_buffer(raw), raw=raw)
+    y = b.tensor("y", in_shape[:-1] + (units,))
+    b.op("FULLY_CONNECTED", [x, w, b.constant("bias", rng.standard_normal(units).astype(np.float32))], [y],
+         fused_activation_function=activation, keep_num_dims=True)
+    b.output(y)
+    return dataclasses.replace(b.build(), file_format="circle")
+
+
+@pytest.mark.parametrize("dtype,activation", [("ggml_q4_0", "RELU"), ("ggml_q4_0", "NONE"), ("ggml_q8_0", "RELU6")])
+def test_ggml_weights_are_lowered_to_what_xnnpack_multiplies(dtype, activation):
+    model = ggml_fc(dtype, activation=activation, uniform_rows=True)
+    lowered = lower_circle_ops(model)
+    assert lowerable(model) == [f"FULLY_CONNECTED of {dtype}"]
+    assert format_refusal(lowered) is None and format_refusal(model) is not None
+    assert lowered.main.inputs == model.main.inputs and lowered.main.outputs == model.main.outputs
+    # the ggml bytes are not held twice: their tensor is emptied, their buffer dropped
+    assert not any(t.dtype.startswith("ggml") for t in lowered.main.tensors)
+    assert lowered.buffers[model.main.tensors[1].buffer].size == 0
+    x = random_input((2, 3, 64), seed=8)
+    ggml = ReferenceBackend(model).run([x])[0]
+    ours = ReferenceBackend(lowered).run([x])[0]
+    # the same weights; the input rows quantized to int8 whole (XNNPACK's kernels) rather than per block of 32
+    linear = ReferenceBackend(ggml_fc(dtype, activation="NONE", uniform_rows=True)).run([x])[0]
+    assert np.abs(ours - ggml).max() <= 2e-2 * np.abs(linear).max()
+    if activation != "NONE":
+        assert ours.min() >= 0 and (activation != "RELU6" or ours.max() <= 6)
+    np.testing.assert_allclose(official(read_model(to_bytes(lowered)), [x]), ours, rtol=1e-5,
+                               atol=1e-5 * np.abs(ours).max())
+
+
+def test_ggml_weights_without_an_exact_form_stay():
+    for model in (ggml_fc("ggml_q8_0"), ggml_fc(units=2)):  # a scale per block; too few units for the int4 kernel
+        assert lower_circle_ops(model) is model and lowerable(model) == []
+
+
+def test_planner_runs_lowered_ggml_weights_on_xnnpack(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules["litegpu.compile.plan"], "_lowered_is_faster", lambda *args: True)
+    model = ggml_fc()
+    compiled = lg.CompiledModel.from_model(model, options=lg.Options(
+        lg.HardwareAccelerator.CPU, cpu_options=lg.CpuOptions(num_threads=1), serialization_dir=str(tmp_path)))
+    assert set(compiled.plan.ops_per_engine()) == {"litert"}, compiled.plan.engine_summary()
+    assert "dynamic-range (hybrid) ops on LiteRT (XNNPACK)" in compiled.plan.numerics
+    x = random_input((2, 3, 64), seed=9)
+    np.testing.assert_allclose(np.asarray(compiled(x)), ReferenceBackend(lower_circle_ops(model)).run([x])[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def ggml_table(dtype, units=50, depth=64):
+    """A GATHER of rows of a ggml table [units, depth] (signed scales), by indices [2, 3]."""
+    rng = np.random.default_rng(10)
+    if dtype == "ggml_q4_0":
+        raw = ggml_quantized_q4_0(rng.standard_normal((units, depth)).astype(np.float32))
+    else:
+        d = rng.uniform(-0.05, 0.05, (units, depth // 32)).astype(np.float16)
+        q = rng.integers(-128, 128, (units, depth // 32, 32)).astype(np.int8)
+        raw = np.concatenate([d.view(np.uint8).reshape(units, -1, 2), q.view(np.uint8)], axis=-1).reshape(-1)
+    b = ModelBuilder()
+    i = b.input("i", (2, 3), "int32")
+    t = b.tensor("table", (units, depth), dtype, buffer=b.add_buffer(raw), raw=raw)
+    y = b.tensor("y", (2, 3, depth))
+    b.op("GATHER", [t, i], [y], axis=0)
+    b.output(y)
+    return dataclasses.replace(b.build(), file_format="circle")
+
+
+@pytest.mark.parametrize("dtype", ["ggml_q4_0", "ggml_q8_0"])
+def test_ggml_tables_are_gathered_and_decoded_by_builtin_ops_exactly(dtype):
+    model = ggml_table(dtype)
+    lowered = lower_circle_ops(model)
+    assert lowerable(model) == [f"GATHER of {dtype}"] and format_refusal(lowered) is None
+    indices = np.array([[0, 49, 3], [7, 7, 1]], np.int32)
+    rows = ReferenceBackend(model).run([indices])[0]  # ggml_get_rows: the dequantized rows (tests/ops)
+    np.testing.assert_array_equal(ReferenceBackend(lowered).run([indices])[0], rows)
+    np.testing.assert_array_equal(official(read_model(to_bytes(lowered)), [indices]), rows)
+
+
+def test_ggml_weights_too_big_for_the_official_interpreter_once_rewritten_are_left(monkeypatch):
+    from litegpu.backends import litert
+
+    model = ggml_fc()
+    monkeypatch.setattr(litert, "MAX_LITERT_MODEL_BYTES", 2 * sum(b.size for b in model.buffers) - 1)
+    assert lower_circle_ops(model) is model

@@ -77,7 +77,7 @@ def gpu_target() -> Any:
 
 def make_environment() -> Any:
     """The Environment the tests create models with: the real one, or the CPU standing in for a GPU
-    (the one ``bench/bench_gpu.py --accelerator cpu`` uses)."""
+    (the one ``bench/gpu/bench_gpu.py --accelerator cpu`` uses)."""
     from oracle import load_bench_module
 
     return load_bench_module("bench_gpu").environment("cpu" if ACCELERATOR == "cpu" else "gpu")

@@ -1,6 +1,6 @@
 """Issue 25: LLMs on the GPU.  Weights stay on the device as the file holds them (float16, int8, int4 with their
 scales: at most 1.1x the file's weight bytes, one copy for prefill and decode), and tokens generated on the device a
-chunk per launch equal the token-by-token loop's, for bench/decoder_model.py's decoders in every weight format and
+chunk per launch equal the token-by-token loop's, for bench/models/decoder_model.py's decoders in every weight format and
 litert-torch's exports (their conventions: prefill_N without logits, a mask input, a transposed cache)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Zero-copy is shown by device pointers: the array litegpu holds for an input is the producer's memory
 (``unsafe_buffer_pointer() == tensor.data_ptr()``), a write through the producer is seen by the next run,
 and the consumer's view of an output buffer is the memory of the run's result.  How much ``run_async``
-overlaps host work is measured by ``bench/bench_gpu.py run-async``, not asserted here (no timing asserts).
+overlaps host work is measured by ``bench/gpu/bench_gpu.py run-async``, not asserted here (no timing asserts).
 
 With ``LITEGPU_TEST_ACCELERATOR=cpu`` the same checks run on host memory and XLA CPU arrays: numpy and
 jax always, torch when it is installed (its CPU tensors), cupy never (it needs a GPU).  Through IREE (a Vulkan

@@ -2,7 +2,7 @@
 
 The detector of tests/compile/test_plan_partitions.py (convolutions on the GPU, NON_MAX_SUPPRESSION_V4 and
 WHERE on the CPU, GATHER back on the GPU) runs through ``CompiledModel`` with ``GPU | CPU``.  The
-cost of each boundary crossing is measured by ``bench/bench_gpu.py boundaries``.
+cost of each boundary crossing is measured by ``bench/gpu/bench_gpu.py boundaries``.
 """
 
 from __future__ import annotations

@@ -600,8 +600,8 @@ TF_DECODER = {"layers": 2, "width": 64, "heads": 4, "vocab": 256, "max_len": 32,
 
 
 def tf_decoder_model():
-    """``bench/tf_decoder_model.py``: the same code makes the > 2.5 GB benchmark model."""
-    bench = str(HERE.parents[1] / "bench")
+    """``bench/models/tf_decoder_model.py``: the same code makes the > 2.5 GB benchmark model."""
+    bench = str(HERE.parents[1] / "bench" / "models")
     if bench not in sys.path:
         sys.path.insert(0, bench)
     import tf_decoder_model
@@ -672,7 +672,7 @@ def specs() -> list[Spec]:
     for quant in ("float32", "dynamic", "int8"):
         out.append(decoder_spec(f"kv_decoder_{quant}", quant))
     out.append(Spec("tf_decoder_extended_float32", tf_decoder_build, tf_decoder_calls(), "float32",
-                    notes="bench/tf_decoder_model.py " + json.dumps(TF_DECODER) + ", _experimental_use_buffer_offset"))
+                    notes="bench/models/tf_decoder_model.py " + json.dumps(TF_DECODER) + ", _experimental_use_buffer_offset"))
     return out
 
 

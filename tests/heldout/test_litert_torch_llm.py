@@ -1,4 +1,4 @@
-"""LLMs as litert-torch exports them (tiny SmolLM, random weights, bench/litert_torch_llm.py): every weight
+"""LLMs as litert-torch exports them (tiny SmolLM, random weights, bench/llm/litert_torch_llm.py): every weight
 format matches the official builtin kernels, and litegpu.generate speaks the converter's convention (prefill_N
 signatures without logits, one input_pos per token) with the official greedy tokens."""
 
@@ -11,7 +11,7 @@ import litegpu
 
 MODELS = Path(__file__).parent / "litert_torch"
 # One fixture per weight format the converter writes (its ``quantize`` values but float32 ``none``, 8.5 MB, which
-# bench/litert_torch_llm.py checks the same way), and the int4 block sizes its supported schemes add (64, 256).
+# bench/llm/litert_torch_llm.py checks the same way), and the int4 block sizes its supported schemes add (64, 256).
 # Blocks 128 and 256 are exported 512 wide (576 is no multiple of them); the README here says how each was made.
 FORMATS = ["smollm_tiny_fp16", "smollm_tiny_dynamic_int8", "smollm_tiny_weight_only_int8", "smollm_tiny_int4_block32",
            "smollm_tiny_int4_block64", "smollm_tiny_int4_block128", "smollm_tiny_int4_block256"]

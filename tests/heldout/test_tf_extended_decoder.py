@@ -3,7 +3,7 @@
 ``test_heldout_models.py`` compares every recorded call with the official builtin kernels; this checks what
 the model stands for: the layout the converter writes for every model past 2 GB (Buffer.offset/size, offsets
 only 4-byte aligned) is really the committed file's, and ``litegpu.generate`` follows the official greedy
-tokens through it (bench/tf_decoder_model.py makes the > 2.5 GB version from the same code).
+tokens through it (bench/models/tf_decoder_model.py makes the > 2.5 GB version from the same code).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from circle_oracle import check_circle_model, have_onert, onert_outputs, run_backends
+from circle_oracle import check_circle_model, ggml_quantized_q4_0, have_onert, onert_outputs, run_backends
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import UnsupportedOpError
@@ -274,3 +274,84 @@ def test_circle_weight_model_through_compiled_model_on_the_cpu(kernel_mode):
     got_h, got_g = model(xs, idx)
     np.testing.assert_allclose(np.asarray(got_h), (xs.astype(np.float64) @ w.T).astype(np.float32), rtol=2e-6, atol=2e-6)
     np.testing.assert_allclose(np.asarray(got_g), q_w[idx], rtol=1e-6, atol=1e-7)
+
+
+# ---- ggml weights as TFLite's blockwise int4 / per-channel int8, for XNNPACK ---------------------------------
+
+def dequantized(raw: np.ndarray, dtype: str, units: int, depth: int) -> np.ndarray:
+    from litegpu.ops import _block_weights as bw
+
+    return bw.dequantize_rows(np, None, raw, dtype, units, depth).astype(np.float64)
+
+
+@pytest.mark.parametrize("scales,copies", [
+    ("bfloat16", 1),       # positive scales bfloat16 holds: litert-torch's form, one copy
+    ("float16", 2),        # positive float16 scales: their leading bits and the rest
+    ("ggml", 2),           # ggml's quantizer: signed scales (and block sums), the quant -8 in every block
+    ("tiny", 2),           # scales that are float16 subnormals
+    ("zeros", 2),          # blocks of zeros (scale 0), and a row of them
+])
+def test_q4_0_weights_become_int4_blocks_exactly(scales, copies):
+    from litegpu.ops import _block_weights as bw
+
+    units, depth = 8, 128
+    rng = np.random.default_rng(11)
+    if scales in ("bfloat16", "float16"):
+        raw, _ = make_ggml("ggml_q4_0", units, depth, seed=11)
+        if scales == "bfloat16":
+            blocks = raw.reshape(units, -1, 18).copy()
+            d = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)
+            blocks[..., :2] = _half_bytes((d.view(np.uint32) & 0xFFFF0000).view(np.float32))
+            raw = blocks.reshape(-1)
+    else:
+        w = rng.standard_normal((units, depth)).astype(np.float32) * (1e-4 if scales == "tiny" else 0.05)
+        if scales == "zeros":
+            w[0] = 0
+            w[1:, :64] = 0
+        raw = ggml_quantized_q4_0(w)
+    mapped = bw.as_tflite_weights(raw, "ggml_q4_0", units, depth)
+    assert mapped.dtype == "int4" and mapped.copies == copies
+    assert mapped.values.shape == (units, copies * depth)
+    assert mapped.values.min() >= -8 and mapped.values.max() <= 7
+    s = mapped.scales.astype(np.float32)
+    assert np.all(s >= 2.0 ** -14) and np.all(np.isfinite(s))  # what XNNPACK takes: positive, normal
+    assert not np.any(s.view(np.uint32) & 0xFFFF)  # ... and bfloat16 holds (it keeps them so)
+    # the low bits of a float16 scale are mostly subnormal as float16: the input is scaled up first
+    assert (mapped.input_scale == 1) == (scales == "bfloat16")
+    # a negative block adds its |d| times the block's inputs' sum: ggml's scales only
+    assert (mapped.block_sums is not None) == (scales not in ("bfloat16", "float16"))
+    np.testing.assert_array_equal(mapped.dequantized(), dequantized(raw, "ggml_q4_0", units, depth))
+
+
+def test_q8_0_rows_of_one_scale_become_int8_per_channel_exactly():
+    from litegpu.ops import _block_weights as bw
+
+    units, depth = 6, 96
+    rng = np.random.default_rng(12)
+    d = np.repeat(rng.uniform(-0.05, 0.05, (units, 1)), depth // 32, axis=1).astype(np.float16)
+    d[2] = 0
+    q = rng.integers(-127, 128, (units, depth // 32, 32)).astype(np.int8)
+    q[0, 0, 0] = -128 if d[0, 0] > 0 else 127
+    raw = np.concatenate([_half_bytes(d), q.view(np.uint8)], axis=-1).reshape(-1)
+    mapped = bw.as_tflite_weights(raw, "ggml_q8_0", units, depth)
+    assert mapped.dtype == "int8" and mapped.copies == 1 and mapped.input_scale == 1
+    assert mapped.scales.dtype == np.float32 and np.all(mapped.scales > 0)
+    np.testing.assert_array_equal(mapped.dequantized(), dequantized(raw, "ggml_q8_0", units, depth))
+
+
+def test_ggml_weights_without_an_exact_form_say_why():
+    from litegpu.ops import _block_weights as bw
+
+    raw, _ = make_ggml("ggml_q8_0", 4, 64, seed=13)  # a scale per block
+    assert "one scale per row" in bw.as_tflite_weights(raw, "ggml_q8_0", 4, 64)
+    raw, _ = make_ggml("ggml_q4_1", 4, 64, seed=13)
+    assert "no exact form" in bw.as_tflite_weights(raw, "ggml_q4_1", 4, 64)
+    d = np.full((4, 2), -0.01, np.float16)  # a negative row holding -128
+    q = np.full((4, 2, 32), -128, np.int8)
+    raw = np.concatenate([_half_bytes(d), q.view(np.uint8)], axis=-1).reshape(-1)
+    assert "-128" in bw.as_tflite_weights(raw, "ggml_q8_0", 4, 64)
+    w = np.ones((4, 64), np.float32)
+    w[0, :32] = 1e4  # scales 1250 (needs no scaling) beside 1.2e-4 whose low bits need 2^-24: past float16's range
+    w[1, 32:] = 1e-3
+    w[1, 32] = 0.9e-3
+    assert "float16's normal range" in bw.as_tflite_weights(ggml_quantized_q4_0(w), "ggml_q4_0", 4, 64)

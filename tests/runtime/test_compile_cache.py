@@ -87,6 +87,22 @@ def test_version_change_misses(tmp_path, monkeypatch):
     assert set(entries(tmp_path / "c")) > before
 
 
+def test_changed_code_misses(tmp_path, monkeypatch):
+    """A source checkout edited without a version change (an editable install) compiles again."""
+    path = small_model(tmp_path / "m.tflite")
+    run_once(path, tmp_path / "c")
+    before = set(entries(tmp_path / "c"))
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("x = 1\n")
+    first = litegpu.runtime.compiled_model.litegpu_code_fingerprint(str(package))
+    (package / "a.py").write_text("x = 22\n")  # another size, another fingerprint
+    assert litegpu.runtime.compiled_model.litegpu_code_fingerprint.__wrapped__(str(package)) != first
+    monkeypatch.setattr(litegpu.runtime.compiled_model, "litegpu_code_fingerprint", lambda: first)
+    run_once(path, tmp_path / "c")
+    assert set(entries(tmp_path / "c")) > before
+
+
 def damage_entry(entry, how):
     """Cut an entry in half, or flip bits in its middle."""
     blob = bytearray(entry.read_bytes())

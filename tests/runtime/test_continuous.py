@@ -1,4 +1,4 @@
-"""Continuous batching (runtime/continuous.py) on the small decoder of bench/decoder_model.py: every sequence gets the
+"""Continuous batching (runtime/continuous.py) on the small decoder of bench/models/decoder_model.py: every sequence gets the
 tokens ``litegpu.generate`` gives it alone, whatever joins and leaves the batch around it; stop tokens, cancel,
 refusals, close, threads and asyncio; the interleaving fallback of host engines.  litert-torch exports in a slow
 test."""

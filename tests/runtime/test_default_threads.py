@@ -20,7 +20,7 @@ from litegpu.backends.engine import EngineSettings, physical_cores  # noqa: E402
 
 CPU = litegpu.HardwareAccelerator.CPU
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "models"
-# on the official interpreter whole in the default plan, and big enough that more threads pay (bench/threads.py)
+# on the official interpreter whole in the default plan, and big enough that more threads pay (bench/cpu/threads.py)
 MODEL = SHARED / "mobilenet_v3_small_float32.tflite"
 
 
@@ -137,11 +137,22 @@ def test_a_small_model_gets_the_thread_count_timing_says(interpreter_threads, mo
     assert set(s.threads for s in model._cpu_engines["litert"]._interpreters.values()) == {threads}
 
 
-def test_a_thread_count_asked_for_is_not_timed(interpreter_threads, monkeypatch):
-    calls = timed_threads(monkeypatch, "1")
+@pytest.mark.parametrize("faster, threads", [("1", 1), ("2", 2)])
+def test_a_thread_count_asked_for_is_the_most_a_small_model_gets(interpreter_threads, monkeypatch, faster, threads):
+    """The onert comparison's small decoder ran faster on one thread than on the two asked for (issue 38)."""
+    calls = timed_threads(monkeypatch, faster)
     model = litegpu.CompiledModel.from_buffer(tiny_model(), options=only_litert({"num_threads": 2}))
+    interpreter_threads.clear()
     run_once(model)
-    assert calls == [] and set(interpreter_threads) == {2}
+    assert calls == [["1", "2"]]
+    assert set(s.threads for s in model._cpu_engines["litert"]._interpreters.values()) == {threads}
+
+
+def test_one_thread_asked_for_is_not_timed(interpreter_threads, monkeypatch):
+    calls = timed_threads(monkeypatch, "2")
+    model = litegpu.CompiledModel.from_buffer(tiny_model(), options=only_litert({"num_threads": 1}))
+    run_once(model)
+    assert calls == [] and set(interpreter_threads) == {1}
 
 
 def test_the_timed_thread_count_is_kept_in_the_compile_cache(interpreter_threads, monkeypatch, tmp_path):

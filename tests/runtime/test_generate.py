@@ -1,4 +1,4 @@
-"""litegpu.generate on the LLM-style decoder from bench/decoder_model.py, against the official interpreter
+"""litegpu.generate on the LLM-style decoder from bench/models/decoder_model.py, against the official interpreter
 stepped by hand (prefill, then one decode step per token, caches passed back through numpy)."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""A .litertlm bundle (bench/litertlm_bundle.py: the tiny int4 SmolLM, a SentencePiece tokenizer, LLM metadata)
+"""A .litertlm bundle (bench/llm/litertlm_bundle.py: the tiny int4 SmolLM, a SentencePiece tokenizer, LLM metadata)
 read with litert-lm-builder, answering text through the Python API and the `generate` / `chat` commands."""
 
 import subprocess
@@ -62,7 +62,7 @@ def test_a_file_that_is_not_a_bundle_is_one_clear_line(tmp_path):
 def transposed_bundle(tmp_path_factory) -> Path:
     """A bundle of the export LiteRT-LM itself runs: litert-torch's transposed KV-cache layout."""
     out = tmp_path_factory.mktemp("bundle") / "transposed.litertlm"
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "litertlm_bundle.py"),
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "llm" / "litertlm_bundle.py"),
                            str(BUNDLE.parent / "smollm_tiny_transposed_kv.tflite"), str(out)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

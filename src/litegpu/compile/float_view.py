@@ -269,7 +269,7 @@ class _SubgraphRewrite:
             shape[q.quantized_dimension] = scales.size
         # the scales as a vector, reshaped in the program to broadcast: XLA GPU fuses a vector broadcast into the
         # matrix product that reads the weight, and materializes the weight for a [C, 1] parameter (measured with
-        # bench/gpu_compile.py: a 16-row prefill of an int8 decoder)
+        # bench/gpu/gpu_compile.py: a 16-row prefill of an int8 decoder)
         scale = self._new_tensor(replace(t, shape=(scales.size,)), "scales", lambda: scales,
                                  None if t.buffer <= 0 else ("scales", t.buffer, tuple(q.scale)))
         if len(shape) != 1:

@@ -583,7 +583,9 @@ class PlannedModel:
 
 # What a compile cache keeps apart for a model whose circle-only ops were lowered: the rewrite keeps the model's
 # token but renumbers its ops, and partitions are cached by op indices.
-LOWERED_CACHE_KEY = {"circle_ops": "lowered to TFLite builtins (compile.circle_lowering)"}
+# (The value names what the lowering rewrites: a lowering that rewrites more renumbers other ops, issue 38's ggml
+# weights.)
+LOWERED_CACHE_KEY = {"circle_ops": "lowered to TFLite builtins (compile.circle_lowering), ggml weights too"}
 
 
 def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",

@@ -240,7 +240,7 @@ def uint4_fc(xp: Any, lax: Any, x: Any, q: Any, scales: Any, zero_points: Any, s
     the dequantize-then-multiply product.  XLA multiplies by q - 8 and adds (8 - zero_point) * sum(x): with
     ``stored``, the weight as the GPU holds it (XLA's uint4), q - 8 is the uint4 XOR 8 read as int4, which
     XLA GPU converts inside the product's kernel (it converts no uint4 there: a float32 copy of the weight
-    was made for a prefill, ``bench/gpu_compile.py``); then the scales multiply the product."""
+    was made for a prefill, ``bench/gpu/gpu_compile.py``); then the scales multiply the product."""
     if lax is None:
         weights = ((q.astype(np.float32) - zero_points[:, None]) * scales[:, None]).astype(np.float32)
         return x.astype(np.float32) @ weights.T
@@ -263,6 +263,109 @@ def affine_parameters(ctx: Any, t: Any, rows: int) -> tuple[np.ndarray, np.ndarr
         raise ModelExecutionError(f"{ctx.op}: the uint4 tensor {t.name!r} has {scales.size} scales and "
                                   f"{zero_points.size} zero points for {rows} rows")
     return np.broadcast_to(scales, (rows,)).copy(), np.broadcast_to(zero_points, (rows,)).copy()
+
+
+# --- ggml weights as TFLite weights, for XNNPACK --------------------------------------------------------------
+#
+# XNNPACK multiplies float rows by int4 weights blockwise (``qd8_f32_qb4w``: one scale per block, kept as
+# bfloat16, positive and normal as float16 in the file) and by int8 weights per channel (``qd8_f32_qc8w``, float32
+# scales), each input row quantized to int8 as a whole.  A ggml weight maps onto those exactly where its values
+# are sums of such weights:
+#
+# - q4_0 (q in -8..7 times a float16 d of either sign; ggml's quantizer makes half the scales negative, and gives
+#   the block's largest value the quant -8): a negative block is (-q - 1) * |d| + |d|, its quants -q - 1 in
+#   -8..7 again, and |d| times the sum of the block's inputs a float FULLY_CONNECTED of [units, depth / 32]
+#   weights on those sums (a 32nd of the work).  A scale bfloat16 does not hold is hi + lo, hi its leading 8
+#   significant bits and lo the rest (3 bits: bfloat16 holds it), each a copy of the weight along depth fed
+#   the input once more (CONCATENATION): twice the int4 products.  Scales too small for a normal float16 (lo of
+#   a small d) are scaled up by a power of two that the input is multiplied by first (exact).
+# - q8_0 / q8_1 rows whose blocks all share one scale: per-channel int8.  Rows of several scales (what ggml
+#   writes) have no exact form there, and stay on XLA.
+#
+# The products then differ from ggml's as XNNPACK's row quantization differs from ggml's per block of 32 (a
+# ggml-quantized 11008 x 4096 weight: 0.9 % of the largest output off the float product of the same weights,
+# ggml's own rounding 0.6 %).
+
+# float16's smallest normal and largest finite values: XNNPACK refuses subnormal block scales
+_HALF_TINY, _HALF_MAX = 2.0 ** -14, 65504.0
+
+
+@dataclass(frozen=True)
+class TfliteWeights:
+    """ggml weights [units, depth] as TFLite weights for a FULLY_CONNECTED whose input is first multiplied by
+    ``input_scale`` (a power of two; 1: not at all) and concatenated ``copies`` times along its last axis, plus
+    (``block_sums``) a float FULLY_CONNECTED on the sums of the input's blocks of ``BLOCK``."""
+
+    values: np.ndarray     # int8 [units, copies * depth]: int4 range where ``dtype`` is int4
+    dtype: str             # "int4" (blockwise, blocks of ``BLOCK``) or "int8" (per channel)
+    scales: np.ndarray     # float16 [units, copies * depth / BLOCK] (int4), float32 [units] (int8)
+    copies: int
+    input_scale: float
+    block_sums: np.ndarray | None = None  # float32 [units, depth / BLOCK]: what each block adds to its every value
+
+    def dequantized(self) -> np.ndarray:
+        """float64 [units, depth]: the weights these stand for, the copies summed (each product is exact)."""
+        units = self.values.shape[0]
+        if self.dtype == "int8":
+            w = self.values.astype(np.float64) * self.scales.astype(np.float64)[:, None]
+        else:
+            blocks = self.values.reshape(units, -1, BLOCK).astype(np.float64)
+            w = (blocks * self.scales.astype(np.float64)[..., None]).reshape(units, -1)
+        w = w.reshape(units, self.copies, -1).sum(axis=1) * self.input_scale
+        if self.block_sums is not None:
+            w = w + np.repeat(self.block_sums.astype(np.float64), BLOCK, axis=1)
+        return w
+
+
+def as_tflite_weights(raw: np.ndarray, dtype: str, units: int, depth: int) -> TfliteWeights | str:
+    """``raw`` (ggml bytes of [units, depth]) as weights XNNPACK multiplies (see above), or why there are none."""
+    quants, d, _ = decode_blocks(np, None, raw, dtype, units, depth)
+    q = np.concatenate(quants, axis=-1)  # [units, blocks, 32]
+    if dtype in ("ggml_q8_0", "ggml_q8_1"):
+        return _per_channel_int8(q, d, units, depth)
+    if dtype != "ggml_q4_0":
+        return f"{dtype} weights have no exact form in XNNPACK's kernels (q4_0 and q8_0 do)"
+    negative = d < 0
+    values = np.where(negative[..., None], -q - 1, q).astype(np.int8)  # -8..7
+    parts = _bfloat16_parts(np.abs(d))
+    nonzero = np.concatenate(parts, axis=1)
+    nonzero = nonzero[nonzero != 0]
+    input_scale = 1.0
+    if nonzero.size:
+        smallest, largest = float(nonzero.min()), float(nonzero.max())
+        if smallest < _HALF_TINY:
+            input_scale = 2.0 ** math.floor(math.log2(smallest / _HALF_TINY))
+        if largest / input_scale > _HALF_MAX:
+            return (f"block scales from {smallest:.3g} to {largest:.3g}: more than float16's normal range, which "
+                    "XNNPACK's block scales must fit")
+    # a block of scale 0 gets scale 1 and zero values (XNNPACK refuses a zero scale)
+    copies = [np.where((scale == 0)[..., None], 0, values).reshape(units, depth) for scale in parts]
+    scales = np.concatenate([np.where(scale == 0, 1.0, scale / input_scale) for scale in parts], axis=1)
+    block_sums = np.where(negative, -d, 0).astype(np.float32) if negative.any() else None
+    return TfliteWeights(np.concatenate(copies, axis=1), "int4", scales.astype(np.float16), len(parts),
+                         input_scale, block_sums)
+
+
+def _bfloat16_parts(scale: np.ndarray) -> list[np.ndarray]:
+    """float32 scales (float16 values, >= 0) as one or two arrays of values bfloat16 holds, summing to them
+    exactly: the leading 8 significant bits, and the rest where any scale has more."""
+    hi = (scale.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    lo = scale - hi  # exact: at most the 3 low bits of a float16's significand
+    return [hi, lo] if np.any(lo != 0) else [hi]
+
+
+def _per_channel_int8(q: np.ndarray, d: np.ndarray, units: int, depth: int) -> TfliteWeights | str:
+    """q8 blocks as int8 weights per channel, where every row's blocks share one scale."""
+    if np.any(d != d[:, :1]):
+        return ("q8_0 rows with more than one block scale: XNNPACK's int8 weights take one scale per row "
+                "(its blockwise kernels take int4 only)")
+    scale = d[:, 0]
+    values = np.where((scale < 0)[:, None, None], -q.astype(np.int16), q).reshape(units, depth)
+    if values.max(initial=0) > 127:
+        return "a row of negative scale holds the quant -128, whose negation int8 lacks"
+    scale = np.where(scale == 0, 1.0, np.abs(scale)).astype(np.float32)
+    values = np.where((d[:, :1] == 0), 0, values).astype(np.int8)
+    return TfliteWeights(values, "int8", scale, 1, 1.0)
 
 
 # --- GATHER -------------------------------------------------------------------------------------------------

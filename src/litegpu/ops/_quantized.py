@@ -222,7 +222,7 @@ def exact_matmul(xp: Any, a: Any, b: Any, bound: int) -> Any:
     """``a @ b`` of integer-valued arrays as int64, exactly, given ``bound`` >= every sum of
     |a_ik * b_kj| over k.  Under XLA it runs as a float32 (or float64) GEMM: every partial sum
     is then an integer the float type holds exactly, in any summation order, and XLA CPU's
-    float GEMMs are 5 to 20 times faster than its int64 dot (bench/bench_int_matmul.py).
+    float GEMMs are 5 to 20 times faster than its int64 dot (bench/cpu/bench_int_matmul.py).
     numpy keeps int64 arithmetic."""
     if xp is np or bound >= F64_EXACT:
         return xp.matmul(a.astype(xp.int64), b.astype(xp.int64))

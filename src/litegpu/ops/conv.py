@@ -152,9 +152,9 @@ def conv_lowering(x_shape: tuple, w_shape: tuple, strides: tuple, dilations: tup
                   target: Target = Target.XLA_CPU) -> str:
     """How float CONV_2D is lowered: "matmul" (1x1), "im2col" (taps concatenated along channels,
     then one GEMM), "depthwise" (one group per input channel: DEPTHWISE_CONV_2D's multiply-add over
-    the taps, see bench/bench_depthwise.py) or "conv" (``lax.conv_general_dilated``).
+    the taps, see bench/cpu/bench_depthwise.py) or "conv" (``lax.conv_general_dilated``).
 
-    Measured with bench/bench_conv.py (XLA CPU, process CPU time, ms):
+    Measured with bench/cpu/bench_conv.py (XLA CPU, process CPU time, ms):
     conv / im2col — 128x128x3->24 5x5 s2: 3.05 / 1.30; 224x224x3->32 3x3 s2: 1.49 / 1.26;
     7x7x512->512 3x3: 9.4 / 5.4; 14x14x256->256: 3.0 / 2.5; 14x14x128->128: 0.79 / 0.86;
     56x56x64->64: 1.6 / 3.1.
@@ -519,7 +519,7 @@ class DepthwiseConv2D(Op):
         return _finish(ctx, np, y, None if bias is None else bias.astype(np.float32))
 
     def lower(self, ctx: OpContext, x: Any, w: Any, bias: Any = None) -> Any:
-        # Measured with bench/bench_depthwise.py (XLA CPU, 2 shared cores, jit, 3x3, SAME,
+        # Measured with bench/cpu/bench_depthwise.py (XLA CPU, 2 shared cores, jit, 3x3, SAME,
         # best of 20, ms):  taps  grouped conv
         #   112x112x32 s1    0.66   10.30   (15.6x)
         #   112x112x96 s2    1.59    9.01   ( 5.7x)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
+from ..ir import Options, Quantization
 from . import _block_weights as bw
 from ._official_math import in_order_affordable, sum_in_depth_order
 from . import _quantized as q
@@ -114,6 +115,17 @@ def _circle_weight_reason(x: Any, w: Any) -> str | None:
     return bw.block_reason(w, "weights") if bw.is_block_weight(w.dtype) else bw.uint4_reason(w, "weights")
 
 
+def _block_sums_product(g: Any, x: int, block_sums: np.ndarray, out_shape: tuple) -> int:
+    """Builtin ops computing, for each input row, its sums over blocks of ``bw.BLOCK`` times ``block_sums``
+    [units, blocks]: a float FULLY_CONNECTED on the sums, shaped as the op's output ``out_shape``."""
+    units, blocks = block_sums.shape
+    rows = math.prod(g.shape(x)) // (blocks * bw.BLOCK)
+    split = g.op("RESHAPE", [x, g.constant(np.array([rows, blocks, bw.BLOCK], np.int32))], (rows, blocks, bw.BLOCK))
+    sums = g.op("SUM", [split, g.constant(np.array([2], np.int32))], (rows, blocks), keep_dims=False)
+    product = g.op("FULLY_CONNECTED", [sums, g.constant(block_sums), -1], (rows, units))
+    return g.op("RESHAPE", [product, g.constant(np.array(out_shape, np.int32))], out_shape)
+
+
 @register("FULLY_CONNECTED")
 class FullyConnected(Op):
     dtypes = ("float32", "int8", "uint8", "int16")
@@ -155,6 +167,46 @@ class FullyConnected(Op):
         y = _chained_products(jnp, lax, spans, lambda start, stop, after: lax.dot_general(
             x, tie_to(jnp, lax, w[start:stop], after), (((1,), (1,)), ((), ())), precision=lax.Precision.HIGHEST))
         return self._finish(ctx, jnp, y, bias, out_shape)
+
+    def builtin_lowering(self, op, subgraph, g) -> bool:
+        """ggml q4_0 / q8_0 weights as TFLite's blockwise int4 / per-channel int8 weights, exact to the weights
+        (``_block_weights.as_tflite_weights``), for XNNPACK's kernels: the input scaled by a power of two and
+        repeated along depth first where the mapping needs it; the fused activation an op of its own (the builtin
+        blockwise kernel applies none)."""
+        x, w = (subgraph.tensors[t] for t in op.inputs[:2])
+        activation = op.options.get("fused_activation_function", "NONE")
+        if not bw.is_block_weight(w.dtype) or _circle_weight_reason(x, w) is not None \
+                or activation not in FC_ACTIVATIONS or w.shape[0] < FOUR_BIT_FILTER_WIDTH:
+            return False
+        mapped = bw.as_tflite_weights(w.raw, w.dtype, *w.shape)
+        if isinstance(mapped, str):
+            return False
+        shape = g.shape(x.index)
+        source = x.index
+        if mapped.input_scale != 1:
+            source = g.op("MUL", [source, g.constant(np.array([mapped.input_scale], np.float32))], shape)
+        if mapped.copies > 1:
+            wide = shape[:-1] + (shape[-1] * mapped.copies,)
+            source = g.op("CONCATENATION", [source] * mapped.copies, wide, axis=len(shape) - 1)
+        if mapped.dtype == "int4":
+            details = Options({"type": "BlockwiseQuantization", "scales": g.constant(mapped.scales),
+                               "zero_points": -1, "block_size": bw.BLOCK})
+            quantization = Quantization(details=details)
+        else:
+            quantization = Quantization(scale=tuple(float(s) for s in mapped.scales),
+                                        zero_point=(0,) * len(mapped.scales))
+        weights = g.constant(mapped.values, mapped.dtype, quantization)
+        bias = op.inputs[2] if len(op.inputs) > 2 else -1
+        out = op.outputs[0]
+        last = mapped.block_sums is None and activation == "NONE"  # this FULLY_CONNECTED writes the op's output
+        y = g.op("FULLY_CONNECTED", [source, weights, bias], g.shape(out), output=out if last else None,
+                 keep_num_dims=bool(op.options.get("keep_num_dims", False)), asymmetric_quantize_inputs=True)
+        if mapped.block_sums is not None:  # the blocks' sums times what each block adds, then the activation
+            g.op("ADD", [y, _block_sums_product(g, x.index, mapped.block_sums, g.shape(out))], g.shape(out),
+                 output=out, fused_activation_function=activation)
+        elif activation != "NONE":
+            g.op(activation, [y], g.shape(out), output=out)
+        return True
 
     def _circle_weights(self, xp: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
         """Weights of circle's own types, dequantized here (``_block_weights``): ``w`` is the ggml bytes, or
@@ -595,7 +647,7 @@ def _blockwise_fc_partial_sums(xp: Any, ctx: OpContext, x: Any, w: Any, bias: An
     """XLA GPU: the quantized rows times the int4 weights block by block (one batched product over the blocks,
     whose partial sums are exact in float32), then the partial sums times the block scales, summed.  The
     scales stay off the weights, so XLA converts the weights inside the product's kernel and never holds them
-    wider than packed (scales on the weights materialized a float32 copy: ``bench/gpu_compile.py``)."""
+    wider than packed (scales on the weights materialized a float32 copy: ``bench/gpu/gpu_compile.py``)."""
     units, depth = w.shape
     block, scales = _block_scales(ctx, units, depth)
     blocks = depth // block

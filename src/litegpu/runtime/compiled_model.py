@@ -76,7 +76,7 @@ class _StraightPath:
     """A signature that one host engine runs whole, taking numpy arrays as they are (the official interpreter,
     on the models that run in microseconds): the call checks each input's type, dtype and shape and hands the
     arrays straight to the engine, in two or three Python frames instead of a dozen (issue 26: litegpu's call
-    within 3 us of the official interpreter's own; ``bench/call_cost.py``).  Anything else (another dtype or
+    within 3 us of the official interpreter's own; ``bench/cpu/call_cost.py``).  Anything else (another dtype or
     shape, a TensorBuffer a run has yet to fill, a device array) takes the general path, which converts,
     checks in detail and says what is wrong.  ``shapes`` is the model's live list of the signature's input
     shapes, so a resize is seen at once."""
@@ -139,6 +139,25 @@ def litegpu_version() -> str:
     return __version__
 
 
+@functools.lru_cache(maxsize=1)
+def litegpu_code_fingerprint(package_dir: str | None = None) -> str:
+    """A hash of the path, size and modification time of every source file of the package: a source checkout
+    (an editable install) changes its code without changing its version, and a program cached by other code
+    must not be run.  Stat calls only (a few ms for the whole package), once per process."""
+    import hashlib
+
+    root = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.blake2b(digest_size=8)
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".fbs")):
+                info = os.stat(os.path.join(folder, name))
+                digest.update(f"{os.path.relpath(os.path.join(folder, name), root)}:{info.st_size}:"
+                              f"{info.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
 def _model_fingerprint(model: ir.Model) -> str:
     """The default model token: a hash of the file's bytes (streamed over a memory map)."""
     from ..backends.cache import fingerprint
@@ -166,9 +185,10 @@ def open_cache(options: Options) -> Any:
 
 
 def model_cache_key(model: ir.Model, token: str | None = None) -> dict:
-    """What every cache entry of ``model`` is keyed by: its token (default: its bytes' fingerprint) and
-    litegpu's version."""
-    return {"model_token": token or _model_fingerprint(model), "litegpu": litegpu_version()}
+    """What every cache entry of ``model`` is keyed by: its token (default: its bytes' fingerprint), litegpu's
+    version and its code's fingerprint."""
+    return {"model_token": token or _model_fingerprint(model), "litegpu": litegpu_version(),
+            "litegpu_code": litegpu_code_fingerprint()}
 
 
 class CompiledModel:

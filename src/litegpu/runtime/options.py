@@ -64,9 +64,10 @@ class CpuOptions:
 
     ``kernel_mode``: see :class:`CpuKernelMode` (None: the fast path).  ``num_threads``: threads of
     the OpenVINO and LiteRT engines; 0 (the default, also of ``CompiledModel.from_file(path)`` without options)
-    is the machine's physical cores, as ONNX Runtime, OpenVINO and PyTorch default to, and lets the engine
-    take fewer where that is faster (a model too small to share out); 1 is the official interpreter's
-    default.  XLA CPU sizes its own thread pool per process.
+    is the machine's physical cores, as ONNX Runtime, OpenVINO and PyTorch default to.  The LiteRT engine
+    takes one thread instead of the count asked for where timing says that is as fast (a model too small to
+    share out), never more; 1 is the official interpreter's default.  XLA CPU sizes its own thread pool per
+    process.
     ``precision``: "fp32" (default, on every engine) or "bf16", which lets OpenVINO compute in bfloat16
     on CPUs with AMX / AVX512-BF16 (faster, about 1e-2 relative error: BENCHMARKS.md); XLA partitions
     stay fp32.  ``quantized_execution`` (integer and dynamic-range ops on the fast path): None (default,

@@ -152,7 +152,7 @@ def test_the_target_can_be_forced_by_environment(monkeypatch):
     monkeypatch.setenv(iree.TARGET_ENV, "turing")
     assert "--iree-vulkan-target=turing" in iree.compile_target(gpu).flags
     elsewhere = iree.vulkan_target_attribute(fake_vulkan("Another GPU", 0x10DE, subgroup_size=64))
-    monkeypatch.setenv(iree.TARGET_ENV, elsewhere)  # what bench/iree_precompile.py compiled for
+    monkeypatch.setenv(iree.TARGET_ENV, elsewhere)  # what bench/gpu/iree_precompile.py compiled for
     chosen = iree.compile_target(gpu)
     assert chosen.attribute == elsewhere and chosen.description == f"vulkan:{elsewhere}"
 

@@ -1,5 +1,5 @@
 """Repeated layers traced once in a loop (``backends.xla.layer_scan`` and the XLA backend's scan over them): found in
-the decoders of bench/decoder_model.py, refused where blocks differ in what kernels read as constants, and giving
+the decoders of bench/models/decoder_model.py, refused where blocks differ in what kernels read as constants, and giving
 the same results as the subgraph traced op by op, with the weights held once (stacked)."""
 
 from pathlib import Path

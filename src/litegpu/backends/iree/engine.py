@@ -114,7 +114,7 @@ def iree_version(package: str = "iree-base-runtime") -> str:
 
 def missing_package() -> str | None:
     """Why IREE cannot run here (its runtime is missing), or None.  (Compiling needs ``iree-base-compiler`` too;
-    a compile cache filled elsewhere can stand in for it: ``bench/iree_precompile.py``.)"""
+    a compile cache filled elsewhere can stand in for it: ``bench/gpu/iree_precompile.py``.)"""
     try:
         _runtime()
     except ImportError:
@@ -306,7 +306,7 @@ def compile_target(device: IreeDevice) -> CompileTarget:
     """The target for ``device``: Metal, or for Vulkan what ``TARGET_ENV`` chooses: by default ("device") the
     description read from the device itself; "named" IREE's own description where it knows the GPU (tuned,
     matrix cores: but IREE 3.13 never finished compiling a float16 MediaPipe model for "ampere"); an IREE target
-    name; or a ``#hal.device.target<...>`` attribute (``bench/iree_precompile.py`` writes the one it compiled
+    name; or a ``#hal.device.target<...>`` attribute (``bench/gpu/iree_precompile.py`` writes the one it compiled
     for, so that the GPU machine looks its programs up under the same key).  float64 stays float64 (IREE would
     demote it to float32) where the device has it."""
     common = ("--iree-input-type=stablehlo", "--iree-execution-model=async-external")
@@ -838,7 +838,7 @@ class IreeExecutable(Executable):
     def compile_ahead(self, input_specs: Sequence[tuple[Sequence[int], Any]] | None = None) -> str:
         """Compile the program for inputs of these (shape, dtype) (default: the partition's declared ones) into the
         compile cache, without loading it, and for a stateful partition the program that takes its variables
-        back: for another machine with this GPU, which then needs IREE's runtime only (``bench/iree_precompile.py``).
+        back: for another machine with this GPU, which then needs IREE's runtime only (``bench/gpu/iree_precompile.py``).
         Returns what happened to each program: "compiled", "cached", or IREE's error."""
         if self.cache is None:
             raise InvalidArgumentError("compile_ahead needs a compile cache (Options(serialization_dir=...))")

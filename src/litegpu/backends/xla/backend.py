@@ -41,7 +41,7 @@ BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = 256 << 20
 # Options of every XLA GPU compile.  XLA GPU merges matrix products that share an operand (q, k and v of one
 # input) into one product over the concatenated weights, which copies the weights every call and, with
 # weights converted from int8 or float16, materializes them as float32 (a 2-layer int8 decoder's prefill:
-# 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu_compile.py); without it each product fuses the
+# 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu/gpu_compile.py); without it each product fuses the
 # conversion of its own weight.
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_dot_merger_threshold_mb": 0}
 # Runs of programs that allocate at least this much (XLA's temporaries and outputs) first give the C heap's
@@ -519,7 +519,7 @@ class XlaBackend:
     def lower(self, args: Sequence[Any]) -> Any:
         """The whole subgraph's (or partition's) program for these arguments (arrays, or ``jax.ShapeDtypeStruct``
         placed with ``state.sharding``) lowered, not compiled: ``.compile()`` compiles it, for a deviceless target
-        (``backends.deviceless``) the only thing such a program can do.  ``parts`` are lowered separately."""
+        (``backends.xla.deviceless``) the only thing such a program can do.  ``parts`` are lowered separately."""
         return self._program.lower(self.params, self.variables, list(args))
 
     @property

@@ -148,11 +148,13 @@ class BatchedDecode(CarriedCaches):
                 self._programs[what] = self.backend.compile_program(
                     self._jitted(slots, sampled), self._specs(slots),
                     {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
-                     "stacked_caches": repr(self.groups)})
+                     "stacked_caches": repr(self.groups),
+                     # the program bakes the carried caches' layout in: an entry made for another cannot be used
+                     "carried_layout": repr(self.carried_layout())})
             return self._programs[what]
 
     def lowered(self, slots: int, sampled: bool = False) -> Any:
-        """The launch's program lowered (``bench/gpu_compile.py`` compiles it for a GPU not here)."""
+        """The launch's program lowered (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here)."""
         return self._jitted(slots, sampled).lower(self.backend.params, *self._specs(slots))
 
     def formats(self, slots: int) -> list[Any]:
@@ -254,7 +256,7 @@ def _sample(logits: Any, top_k: Any, seed: Any, counter: Any, temperature: Any, 
 def deviceless_batched_programs(model: Any, state: Any, precision: str = "fp32",
                                 slots: Sequence[int] = (8, 32, 64)) -> list[tuple[str, Any, list, int]]:
     """(label, lowered program, the weights it reads as (params key, tensor), tokens per call) of the batched decode
-    step of an LLM (litert-torch's signature names) at each slot count, for ``bench/gpu_compile.py``."""
+    step of an LLM (litert-torch's signature names) at each slot count, for ``bench/gpu/gpu_compile.py``."""
     found = deviceless_decode(model, state, precision)
     if found is None:
         return []

@@ -14,7 +14,7 @@ constant.  It cannot time anything.
 ``DevicelessTarget.host()`` is the same thing with the host's CPU as the sharding, for tests on machines without the
 CUDA plugin: programs are lowered with the GPU's rules (what the parameters are is decided there) and compiled by
 XLA CPU.  Set ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` before importing jax where no CUDA driver is installed
-(``bench/gpu_compile.py`` does).
+(``bench/gpu/gpu_compile.py`` does).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ The caches are carried in the layout XLA picks for the loop (``Layout.AUTO``): t
 values reads them along the positions, and XLA GPU lays a stacked value cache out with the positions minor where
 the product is a reduction (the int4 decoder's).  With the default layout as the program's parameter, every
 launch transposed the whole cache in and out (17 MB of temporaries, 5.8 % of a 330 MB int4 decoder's weights,
-``bench/gpu_compile.py``); now the stacking before the first chunk lays the cache out so, and the unstacking
+``bench/gpu/gpu_compile.py``); now the stacking before the first chunk lays the cache out so, and the unstacking
 after the last one lays it back, once a generation.
 
 The loop reads the decode signature's tensors through a ``StepLayout``: which subgraph inputs are the token, its
@@ -256,7 +256,7 @@ class DecodeLoop(CarriedCaches):
                 spec((_stop_slots(len(self.stop_tokens)),), np.int32)]
 
     def lowered(self) -> Any:
-        """The program lowered for the layout's shapes (``bench/gpu_compile.py`` compiles it for a GPU not here)."""
+        """The program lowered for the layout's shapes (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here)."""
         return self._jitted().lower(self.backend.params, *self._specs())
 
     def _jitted(self) -> Any:
@@ -314,7 +314,7 @@ def _laid_out(jax: Any, value: Any, wanted: Any) -> Any:
 def deviceless_generation_programs(model: Model, state: Any, precision: str = "fp32",
                                    chunk: int = DEFAULT_CHUNK) -> list[tuple[str, Any, list]]:
     """(label, lowered program, the weights it reads as (params key, tensor)) of the decode loop of an LLM with
-    ``prefill`` / ``decode`` signatures (litert-torch's names), for ``bench/gpu_compile.py``; [] for other models."""
+    ``prefill`` / ``decode`` signatures (litert-torch's names), for ``bench/gpu/gpu_compile.py``; [] for other models."""
     found = deviceless_decode(model, state, precision)
     if found is None:
         return []

@@ -43,7 +43,7 @@ INT_PARAM_MIN_BYTES = 64 << 10
 # MB) fold entirely.  (Converting in every run costs time on a CPU: see BENCHMARKS.md, issue 9.)  On a
 # GPU the weights stay as the file holds them, whatever their size (FOLD_GROWTH_DEVICE_SHARE of the device's
 # free memory is the budget there, 0 by default): a GPU converts a float16, int8 or int4 weight inside the
-# kernel that reads it (XLA fuses the conversion into the matrix product: ``bench/gpu_compile.py``), so a
+# kernel that reads it (XLA fuses the conversion into the matrix product: ``bench/gpu/gpu_compile.py``), so a
 # wider copy would only cost memory and, for a memory-bound decode step, time.  (Folding float16 to float32
 # on the H200 was 1.77 against 2.27 ms per token while the conversion was not fused, BENCHMARKS.md "GPU".)
 FOLD_BUDGET_BYTES = 512 << 20
@@ -90,7 +90,7 @@ def _is_quantized(t: Tensor) -> bool:
 
 # Sub-byte weights an accelerator holds in XLA's own 4-bit types (two to a byte on the device, converted inside
 # the kernels that read them): packed bytes unpacked by shifts in the program are fused into a matrix-vector
-# product but not into a matrix product's kernel, which then reads an int8 copy (``bench/gpu_compile.py``:
+# product but not into a matrix product's kernel, which then reads an int8 copy (``bench/gpu/gpu_compile.py``:
 # a decoder's prefill).
 NATIVE_SUB_BYTE = {"int4": "int4", "uint4": "uint4"}
 
@@ -302,7 +302,7 @@ class XlaState:
 
     @property
     def deviceless(self) -> bool:
-        """True for a GPU described to the compiler but absent (``backends.deviceless``): programs are compiled
+        """True for a GPU described to the compiler but absent (``backends.xla.deviceless``): programs are compiled
         for it and never run, so weights are shapes (``jax.ShapeDtypeStruct``), not device arrays."""
         return bool(getattr(self.device, "deviceless", False))
 

@@ -163,7 +163,7 @@ class _XlaRunner(_PolicyRunner):
         taking the new position's keys or values) the update goes straight into the stack and the block reads
         its layer's slice of the updated stack: made as the slice updated, then written back, XLA copied each
         layer's cache out and in again every step (4 MB a layer and token for a 2048-wide cache of 256
-        positions, ``bench/gpu_compile.py``)."""
+        positions, ``bench/gpu/gpu_compile.py``)."""
         xp, lax = self._xp, self._lax
         template = region.blocks[0]
         made = lambda j, o: sg.operators[template[j]].outputs[o]  # noqa: E731
@@ -275,7 +275,7 @@ class _XlaRunner(_PolicyRunner):
                    and not isinstance(values[i], np.ndarray)]
         saved = self._zero, self._tie_all, self._memo
         # XLA GPU fuses a weight's conversion into the kernel that reads it, where a tie (an add on the
-        # weight) would stop that fusion and copy the weight every call (``bench/gpu_compile.py``): the
+        # weight) would stop that fusion and copy the weight every call (``bench/gpu/gpu_compile.py``): the
         # ties are for XLA CPU, which would convert every weight at the program's start.
         self._zero = None if self.target is Target.XLA_GPU else _zero_after(runtime)
         self._tie_all, self._memo = False, {}
