@@ -50,7 +50,7 @@ def onert_outputs(path: str | Path, inputs: Sequence[np.ndarray], tmp: Path) -> 
 
 
 def run_backends(model: Model, inputs: Sequence[np.ndarray]) -> dict[str, list[np.ndarray]]:
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     return {"reference": [np.asarray(y) for y in ReferenceBackend(model).run(list(inputs))],
             "xla": [np.asarray(y) for y in XlaBackend(model).run(list(inputs))]}

@@ -37,7 +37,7 @@ def run_official(data: bytes, inputs: Sequence[np.ndarray], reference_kernels: b
 
 def run_ours(model: Model, inputs: Sequence[np.ndarray], xla: bool) -> list[np.ndarray]:
     if xla:
-        from litegpu.backends.xla import XlaBackend
+        from litegpu.backends.xla.backend import XlaBackend
 
         return [np.asarray(y) for y in XlaBackend(model).run(list(inputs))]
     return ReferenceBackend(model).run(list(inputs))
@@ -45,7 +45,9 @@ def run_ours(model: Model, inputs: Sequence[np.ndarray], xla: bool) -> list[np.n
 
 def run_ours_builtin(model: Model, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """XLA on the CPU as ``CpuKernelMode.BUILTIN`` runs it: float ops in the builtin kernels' order too."""
-    from litegpu.backends.xla import XlaBackend, XlaState, device_for
+    from litegpu.backends.xla.backend import XlaBackend
+    from litegpu.backends.xla.state import XlaState
+    from litegpu.backends.xla.device import device_for
 
     state = XlaState(model, device_for("cpu"), official_float_order=True)
     return [np.asarray(y) for y in XlaBackend(model, state=state).run(list(inputs))]
@@ -181,7 +183,7 @@ def check_consecutive_runs(model: Model, inputs_per_run, rtol: float = 1e-5, ato
     state (variable tensors, resource variables) carries from one run to the next.  With
     ``atol_of_magnitude`` the absolute tolerance is ``atol`` times the expected output's magnitude
     (at least 1), for float results of integer products."""
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     data = to_bytes(model)
     interp = litert.Interpreter(model_content=data)

@@ -66,7 +66,7 @@ def run_backend(model: Model, backend: str, subgraph: int, inputs: list[np.ndarr
             litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(num_threads=1)))
         return [np.asarray(y) for y in compiled._backend(compiled._signatures[next(
             s.index for s in compiled._signatures if s.subgraph == subgraph)]).run(inputs)]
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     return [np.asarray(y) for y in XlaBackend(model, subgraph_index=subgraph).run(inputs)]
 

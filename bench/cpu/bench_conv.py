@@ -71,7 +71,7 @@ def variants(k: int, stride: int, out_hw: tuple[int, int], pads: list):
 def main() -> None:
     import jax
 
-    from litegpu.ops.common import explicit_padding
+    from litegpu.ops._common import explicit_padding
     from litegpu.ops.conv import conv_lowering
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

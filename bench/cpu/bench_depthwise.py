@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from litegpu.backends.xla import XlaBackend
+from litegpu.backends.xla.backend import XlaBackend
 from litegpu.ir.builder import ModelBuilder
 from litegpu.ops import Target
-from litegpu.ops.common import conv_output_size
+from litegpu.ops._common import conv_output_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared harness
 import harness  # noqa: E402

@@ -28,13 +28,13 @@ def main() -> None:
     args = harness.parse_args(parser)
 
     import litegpu
-    from litegpu.backends import xla
+    from litegpu.backends.xla import backend as xla_backend
 
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(
         num_threads=args.threads, kernel_mode=litegpu.CpuKernelMode.BUILTIN))
     print(harness.table_head(["model", "official builtin kernels ms", "litegpu BUILTIN, classic emitters ms",
                               "litegpu BUILTIN now ms", "now / official"], "lrrrr"))
-    now_bound = xla.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES
+    now_bound = xla_backend.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES
     for path in args.models:
         official = harness.official_interpreter(path, args.threads, builtin=True)
         rng = np.random.default_rng(0)
@@ -44,11 +44,11 @@ def main() -> None:
 
         runs = {"official": harness.invoker(official, inputs)}
         for name, bound in (("classic", 0), ("now", now_bound)):
-            xla.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = bound
+            xla_backend.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = bound
             model = litegpu.CompiledModel.from_file(path, options=options)
             model.run(inputs)  # compiled here, with this bound
             runs[name] = lambda model=model: model.run(inputs)
-        xla.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = now_bound
+        xla_backend.BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = now_bound
         times = harness.alternate(runs, args.runs)
         ms = {name: harness.median_ms(t) for name, t in times.items()}
         name = path.rsplit("/", 1)[-1].removesuffix(".tflite")

@@ -26,7 +26,7 @@ DEFAULT_MODELS = harness.SHARED_MODELS
 
 
 def time_litegpu(path: Path, inputs: list[np.ndarray]):
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
     from litegpu.ir import read_model
 
     backend = XlaBackend(read_model(path))

@@ -124,7 +124,7 @@ def litegpu_runner(path: Path, inputs: list[np.ndarray], accelerator: str, preci
 def iree_device() -> str | None:
     """The GPU IREE runs on here (None: no IREE runtime or no Vulkan / Metal GPU)."""
     try:
-        from litegpu.backends.iree import iree_devices
+        from litegpu.backends.iree.engine import iree_devices
 
         found = iree_devices(allow_software=os.environ.get("LITEGPU_IREE_SOFTWARE") == "1")
     except ImportError:

@@ -39,7 +39,7 @@ ROOT = harness.ROOT
 # ---- the device -------------------------------------------------------------------------------------
 
 def jax_module() -> Any:
-    from litegpu.backends.xla import jax_module as litegpu_jax
+    from litegpu.backends.xla.device import jax_module as litegpu_jax
 
     return litegpu_jax()
 
@@ -64,7 +64,7 @@ def environment(accelerator: str) -> Any:
 
 def require(accelerator: str) -> Any:
     """The JAX device the measurement runs on; exits with a clear message when there is no GPU."""
-    from litegpu.backends.xla import available_platforms, device_for
+    from litegpu.backends.xla.device import available_platforms, device_for
 
     platforms = available_platforms()
     if accelerator == "gpu" and "gpu" not in platforms:
@@ -237,7 +237,7 @@ def detector_bytes() -> bytes:
 
 
 def where_of(value: Any) -> str:
-    from litegpu.backends.xla import is_device_array
+    from litegpu.backends.xla.device import is_device_array
 
     if is_device_array(value):
         return next(iter(value.devices())).platform
@@ -328,7 +328,7 @@ def device_param_bytes(model: Any) -> int:
     state = model._state
     states = [state] if hasattr(state, "params") else list(getattr(state, "_states", {}).values())
     try:  # 4-bit weights: two a byte on the device (jax's nbytes counts one byte each)
-        from litegpu.backends.xla import array_bytes
+        from litegpu.backends.xla.state import array_bytes
     except ImportError:  # litegpu before 2026-11-26
         array_bytes = lambda v: int(v.nbytes)  # noqa: E731
     return int(sum(array_bytes(v) for s in states for v in s.params.values()))
@@ -449,11 +449,11 @@ def cmd_decode(args: argparse.Namespace) -> dict:
     import litegpu
     from decoder_model import config_for_bytes, write_decoder
 
-    from litegpu.backends import xla
+    from litegpu.backends.xla import state as xla_state
 
     device = require(args.accelerator)
-    if args.fold_share is not None:  # A/B of float16 weights converted at load on a GPU (xla.py)
-        xla.FOLD_GROWTH_DEVICE_SHARE = args.fold_share
+    if args.fold_share is not None:  # A/B of float16 weights converted at load on a GPU (backends/xla/state.py)
+        xla_state.FOLD_GROWTH_DEVICE_SHARE = args.fold_share
     config = config_for_bytes(int(args.gigabytes * 1e9), width=args.width, heads=max(1, args.width // 128),
                               vocab=args.vocab, max_len=args.max_len, prefill_len=args.prefill_len,
                               weights=args.weights)
@@ -483,7 +483,7 @@ def cmd_decode(args: argparse.Namespace) -> dict:
         chunked = "chunk_tokens" in inspect.signature(litegpu.generate).parameters  # litegpu since 2026-11-26
         options = {"chunk_tokens": args.chunk} if chunked and args.chunk is not None else {}
         try:
-            from litegpu.backends.xla_generate import DEFAULT_CHUNK
+            from litegpu.backends.xla.generate import DEFAULT_CHUNK
         except ImportError:
             DEFAULT_CHUNK = 0
         chunk = options.get("chunk_tokens", DEFAULT_CHUNK if chunked else 0)
@@ -520,7 +520,7 @@ def cmd_decode(args: argparse.Namespace) -> dict:
             "bandwidth": bandwidth,
             "host_pick_s_per_token": host_per_token_s, "chunk_tokens": chunk,
             "generate_chunks": chunked, "litegpu": str(Path(litegpu.__file__).parent),
-            "fold_growth_device_share": xla.FOLD_GROWTH_DEVICE_SHARE,
+            "fold_growth_device_share": xla_state.FOLD_GROWTH_DEVICE_SHARE,
             "bound_tokens_per_s": bound, "fraction_of_bound": at[0]["fraction_of_bound"],
             "bound_tokens_per_s_device_bytes": bandwidth["bandwidth_Bps"] / on_device if on_device else None,
             "tokens": at[0]["tokens"], "deterministic": at[0]["tokens"][:2] == first,
@@ -598,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--bandwidth-gb", type=float, default=1.0)
     p.add_argument("--keep", type=Path, help="write the model into this folder and keep it (reused when present)")
-    p.add_argument("--fold-share", type=float, help="xla.FOLD_GROWTH_DEVICE_SHARE for this run (0: float16 "
+    p.add_argument("--fold-share", type=float, help="backends.xla.state.FOLD_GROWTH_DEVICE_SHARE for this run (0: float16 "
                    "weights stay float16 on a GPU, converted in every step)")
     p.add_argument("--cache-dir", type=Path, help="compile cache: the first token timed cold (this process, which "
                    "writes it) and warm (a second process that reads it)")

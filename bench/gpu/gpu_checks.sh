@@ -65,7 +65,7 @@ for name in ("jax", "jaxlib", "numpy", "torch", "cupy", "ai_edge_litert", "openv
 import jax
 print("jax devices", jax.devices())
 import litegpu
-from litegpu.backends.xla import available_platforms
+from litegpu.backends.xla.backend import available_platforms
 print("litegpu", litegpu.__file__, "platforms", available_platforms())
 EOF
     # the command-line tools on the GPU: what doctor sees, and bench on one model (start-up, latency, memory)
@@ -171,8 +171,8 @@ step_iree() {
     # what IREE sees (its Vulkan device through NVIDIA's ICD, the target the programs were compiled for), then the
     # zoo: official CPU, litegpu CPU, XLA on CUDA fp32 / fp16, IREE on Vulkan fp32 / fp16, the official GPU
     $PY - <<'EOF'
-from litegpu.backends import iree
-from litegpu.backends.vulkan import vulkan_devices, vulkan_problem
+from litegpu.backends.iree import engine as iree
+from litegpu.backends.iree.vulkan import vulkan_devices, vulkan_problem
 print("vulkan:", [d.describe() for d in vulkan_devices()] or vulkan_problem())
 found = iree.iree_devices()
 print("iree:", iree.missing_package() or (found and iree.compile_target(found[0]).description[:80]) or "no device")

@@ -1,6 +1,6 @@
 """Compile litegpu's own GPU programs for an NVIDIA H100 on a machine without a GPU, and report what each call does.
 
-XLA's GPU compiler runs without a device when it is given the card's description (``litegpu.backends.deviceless``).
+XLA's GPU compiler runs without a device when it is given the card's description (``litegpu.backends.xla.deviceless``).
 For every program litegpu would run on the GPU for a model (each signature, or each GPU partition of a split plan;
 for LLM decoders also the generation loop and continuous batching's batched decode step at 8, 32 and 64 sequences,
 ``--batched-slots``), it prints: the kernels a call launches, the device bytes of the weights
@@ -283,7 +283,8 @@ def file_bytes_read(sg: Any, ops: Any, original: Any) -> int:
 def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, hlo_dir: Path | None = None,
                 generation: bool = True, batched_slots: tuple[int, ...] = ()) -> list[ProgramReport]:
     """Compile every GPU program litegpu makes for ``model`` (an ``ir.Model``) for ``target``; one report each."""
-    from litegpu.backends.xla import XlaBackend, XlaState, array_bytes
+    from litegpu.backends.xla.backend import XlaBackend
+    from litegpu.backends.xla.state import XlaState, array_bytes
     from litegpu.compile import CPU, GPU
     from litegpu.compile.float_view import model_for_platform
     from litegpu.compile.plan import plan
@@ -347,11 +348,12 @@ def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, 
 
 def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any, precision: str,
                          hlo_dir: Path | None, slots: tuple[int, ...] = ()) -> list[ProgramReport]:
-    """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla_generate``), and the
-    batched decode step of continuous batching at each of ``slots`` sequences (``backends.xla_batched_decode``)."""
-    from litegpu.backends.xla import XlaBackend, array_bytes
-    from litegpu.backends.xla_batched_decode import deviceless_batched_programs
-    from litegpu.backends.xla_generate import DEFAULT_CHUNK, deviceless_generation_programs
+    """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla.generate``), and the
+    batched decode step of continuous batching at each of ``slots`` sequences (``backends.xla.batched_decode``)."""
+    from litegpu.backends.xla.backend import XlaBackend
+    from litegpu.backends.xla.state import array_bytes
+    from litegpu.backends.xla.batched_decode import deviceless_batched_programs
+    from litegpu.backends.xla.generate import DEFAULT_CHUNK, deviceless_generation_programs
 
     chunk = DEFAULT_CHUNK
     reports = []
@@ -590,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument("--prefill-len", type=int, default=16)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "fp16_fp32_accum"))
-    parser.add_argument("--target", default="h100", help="a GPU description in litegpu/backends/targets")
+    parser.add_argument("--target", default="h100", help="a GPU description in litegpu/backends/xla/targets")
     parser.add_argument("--host", action="store_true", help="lower with the GPU's rules, compile for the host CPU "
                         "(no CUDA plugin needed; kernels and temporaries are then the CPU's)")
     parser.add_argument("--no-generation", action="store_true", help="skip the LLM generation-loop programs")
@@ -603,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hlo", type=Path, help="write each optimized program's HLO text into this folder")
     args = parser.parse_args(argv)
 
-    from litegpu.backends.deviceless import DevicelessTarget
+    from litegpu.backends.xla.deviceless import DevicelessTarget
     from litegpu.ir import read_model
 
     target = DevicelessTarget.host() if args.host else DevicelessTarget.cuda(args.target)

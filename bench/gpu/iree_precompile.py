@@ -6,7 +6,7 @@ A lent GPU machine reaches no registry and gets at most 64 MiB: IREE's runtime w
 compiler (84 MB) does not.  So the programs are compiled here for that GPU's IREE target and kept in a
 litegpu compile cache (``Options(serialization_dir=...)``); there litegpu finds each ``.vmfb`` under the same
 key (model file, partition, shapes, precision, target, IREE runtime version) and only loads it.  The target is
-a device description (``backends.iree.vulkan_target_attribute``) of what every NVIDIA GPU's Vulkan driver
+a device description (``backends.iree.engine.vulkan_target_attribute``) of what every NVIDIA GPU's Vulkan driver
 offers (subgroups of 32, 48 KiB of workgroup memory, float64 / float16 / int8 arithmetic), written to
 ``CACHE/vulkan_target.txt``: the GPU machine compiles for it (``LITEGPU_IREE_VULKAN_TARGET``, set from that
 file by ``bench/gpu/gpu_checks.sh iree``), so no device is needed here.  (IREE's named "ampere" target, with
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 def remote_gpu(name: str, vendor_id: int, float64: bool):
     """The device litegpu will see there, as far as the compile target depends on it: limits no NVIDIA GPU's
     Vulkan driver falls short of; float64 keeps float64 programs exact."""
-    from litegpu.backends.iree import IreeDevice
-    from litegpu.backends.vulkan import VulkanDevice
+    from litegpu.backends.iree.engine import IreeDevice
+    from litegpu.backends.iree.vulkan import VulkanDevice
 
     vulkan = VulkanDevice(index=0, name=name, vendor_id=vendor_id, device_id=0, device_type="discrete GPU",
                           api_version="1.3.0", driver="(compiled ahead: not opened)", uuid="00" * 16, memory_bytes=0,
@@ -44,7 +44,7 @@ def remote_gpu(name: str, vendor_id: int, float64: bool):
 
 def precompile(path: Path, precision: str, cache: Path, device) -> list[str]:
     import litegpu
-    from litegpu.backends import iree
+    from litegpu.backends.iree import engine as iree
 
     options = litegpu.Options(litegpu.HardwareAccelerator.GPU | litegpu.HardwareAccelerator.CPU,
                               gpu_options=litegpu.GpuOptions(precision=precision, engine="iree"),
@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--no-float64", action="store_true", help="the GPU has no float64 (Intel, Arm, Apple)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
     args = parser.parse_args()
-    from litegpu.backends import iree
+    from litegpu.backends.iree import engine as iree
 
     device = remote_gpu(args.gpu, args.vendor, not args.no_float64)
     iree.iree_devices = lambda allow_software=False: [device]  # the engine plans and compiles for that GPU

@@ -53,7 +53,7 @@ def _schema_without_tensorflow() -> None:
     sys.modules["tensorflow.lite.python.schema_py_generated"] = schema
 
 
-LAYERS = 2  # SmolLM's fake config; ``--layers=N`` changes it (deeper exports: the layer loop of backends/layer_scan.py)
+LAYERS = 2  # SmolLM's fake config; ``--layers=N`` changes it (deeper exports: the layer loop of backends/xla/layer_scan.py)
 # ``--real=VOCAB``: SmolLM-135M's own widths (feed-forward 1536) with VOCAB tokens, in place of the fake config's
 # feed-forward 64 and vocabulary 128: the widths where the hybrid kernels' row quantization and blocks matter.
 REAL_VOCAB = 0

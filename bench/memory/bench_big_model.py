@@ -41,8 +41,8 @@ import jax, litegpu
 import litegpu.ops._catalog
 path, steps = sys.argv[1], int(sys.argv[2])
 if len(sys.argv) > 3:  # --fold-growth-mib: how much float16 -> float32 (etc.) the backend folds at load
-    import litegpu.backends.xla
-    litegpu.backends.xla.FOLD_GROWTH_BUDGET_BYTES = int(float(sys.argv[3]) * 2**20)
+    import litegpu.backends.xla.state
+    litegpu.backends.xla.state.FOLD_GROWTH_BUDGET_BYTES = int(float(sys.argv[3]) * 2**20)
 if os.environ.get("LITEGPU_BENCH_CHUNK_MIB"):  # --chunk-mib: the converted-weight slice of a matmul
     import litegpu.ops.matmul
     litegpu.ops.matmul.CONVERTED_WEIGHT_CHUNK_BYTES = int(float(os.environ["LITEGPU_BENCH_CHUNK_MIB"]) * 2**20)

@@ -1,5 +1,5 @@
 """Compile time against depth (issue 25): the XLA compile of a decoder's prefill and decode programs with 4 and with
-32 layers of the same width, with the repeated layers traced once in a loop (``backends.layer_scan``, the default)
+32 layers of the same width, with the repeated layers traced once in a loop (``backends.xla.layer_scan``, the default)
 and traced layer by layer (``SCAN_MIN_BLOCKS = 0``), each measured in a fresh process, alternating.
 
     python bench/memory/compile_depth.py                         # XLA CPU, float32, width 512
@@ -32,29 +32,29 @@ def measure(layers: int, scan: bool, args: argparse.Namespace) -> dict:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from decoder_model import DecoderConfig, build_decoder
 
-    from litegpu.backends import xla
+    from litegpu.backends.xla import device as xla_device, state as xla_state, backend as xla_backend
     from litegpu.compile.float_view import model_for_platform
     from litegpu.compile.rewrites import rewrite_for_xla
     from litegpu.ir import numpy_dtype
 
-    xla.SCAN_MIN_BLOCKS = 3 if scan else 0
+    xla_state.SCAN_MIN_BLOCKS = 3 if scan else 0
     config = DecoderConfig(layers=layers, width=args.width, heads=max(1, args.width // 64), vocab=args.vocab,
                            max_len=args.max_len, prefill_len=args.prefill_len, weights=args.weights)
     platform = "gpu" if args.platform == "gpu-deviceless" else "cpu"
     model = model_for_platform(rewrite_for_xla(build_decoder(config)), platform)
-    jax = xla.jax_module()
+    jax = xla_device.jax_module()
     if platform == "gpu":
-        from litegpu.backends.deviceless import DevicelessTarget
+        from litegpu.backends.xla.deviceless import DevicelessTarget
 
         device = DevicelessTarget.cuda(args.target)
     else:
-        device = xla.device_for("cpu")
+        device = xla_device.device_for("cpu")
     started = time.perf_counter()
-    state = xla.XlaState(model, device, platform=platform)
+    state = xla_state.XlaState(model, device, platform=platform)
     load_s = time.perf_counter() - started
     result = {"layers": layers, "scan": scan, "scanned_subgraphs": sorted(state.regions), "load_s": load_s}
     for sig in model.signatures:
-        backend = xla.XlaBackend(model, sig.subgraph_index, platform, state=state)
+        backend = xla_backend.XlaBackend(model, sig.subgraph_index, platform, state=state)
         sg = model.subgraphs[sig.subgraph_index]
         specs = [jax.ShapeDtypeStruct(tuple(sg.tensors[t].shape), numpy_dtype(sg.tensors[t].dtype),
                                       sharding=state.sharding) for t in sg.inputs]

@@ -14,7 +14,7 @@ from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, Devic
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
                       HardwareAccelerator, Model, Options, TensorBuffer)
 
-from .ops.python_ops import register_custom_op, unregister_custom_op
+from .ops.custom.python_ops import register_custom_op, unregister_custom_op
 
 __version__ = "0.1.0"
 

@@ -55,7 +55,7 @@ def test_the_estimate_counts_temporaries_outputs_and_host_arguments():
 
 
 def test_the_estimate_of_a_compiled_model_is_its_intermediate():
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     n = 512
     backend = XlaBackend(outer_product_model(n), 0, "cpu")

@@ -331,8 +331,8 @@ def test_doctor_lists_engines_and_devices(capsys):
 
 
 def test_doctor_lists_the_vulkan_devices_and_what_iree_does_with_them(capsys):
-    from litegpu.backends.iree import missing_package
-    from litegpu.backends.vulkan import vulkan_devices
+    from litegpu.backends.iree.engine import missing_package
+    from litegpu.backends.iree.vulkan import vulkan_devices
 
     code, out, _ = run_cli(capsys, "doctor", "--json")
     info = json.loads(out)

@@ -123,7 +123,7 @@ from litegpu.cli.explore_cmd import serve
 serve(Path({shown!r}), [Path(f) for f in {files!r}], {port}, open_browser=False)
 """
 BROWSER_TIMEOUT_S = 60
-# the engines' colours (compile.node_data.ENGINE_LABELS) as the overlay draws them
+# the engines' colours (backends.registry's EngineInfo.overlay) as the overlay draws them
 OPENVINO_BLUE, XLA_PURPLE = (0x00, 0x71, 0xC5), (0x8E, 0x24, 0xAA)
 
 

@@ -43,7 +43,7 @@ def timings(monkeypatch):
         return "openvino", {name: 1.0 if name == "openvino" else 2.0 for name in candidates}
 
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)
-    monkeypatch.setattr("litegpu.backends.engine.fastest", timed)
+    monkeypatch.setattr("litegpu.backends.timing.fastest", timed)
     return calls
 
 

@@ -362,7 +362,7 @@ def test_mobilenet_float_view_on_xla_cpu(mobilenet):
 
 
 def jax_sees_gpu() -> bool:
-    from litegpu.backends.xla import available_platforms
+    from litegpu.backends.xla.device import available_platforms
 
     return "gpu" in available_platforms()
 
@@ -458,7 +458,7 @@ def test_subgraphs_sharing_a_quantized_weight_keep_it_quantized_in_its_shared_bu
 
 
 def test_the_xla_backend_holds_a_shared_dequantized_weight_once():
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     model = prefill_decode_model()
     view = float_view(model)

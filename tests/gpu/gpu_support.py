@@ -4,7 +4,7 @@
 
 - ``gpu``: the GPU litegpu would use: XLA where JAX sees a GPU (CUDA, ROCm); where it sees none, IREE on a
   Vulkan device (``GpuOptions(engine="iree")``, which takes Mesa's software lavapipe too: every code path of
-  the IREE engine runs on it, see ``backends/iree.py``).  Modules skip themselves when there is neither, so
+  the IREE engine runs on it, see ``backends/iree/engine.py``).  Modules skip themselves when there is neither, so
   on a machine without them ``python -m pytest tests/gpu`` costs one ``import jax`` and a Vulkan query.
 - ``iree``: IREE on a Vulkan device even where JAX sees a GPU (NVIDIA's Vulkan driver, say).
 - ``cpu``: the CPU stands in for the GPU.  The environment claims a GPU and hands out the XLA CPU
@@ -35,7 +35,7 @@ def require_accelerator() -> str:
     if ACCELERATOR not in ("gpu", "iree", "cpu"):
         raise pytest.UsageError(f"LITEGPU_TEST_ACCELERATOR is 'gpu', 'iree' or 'cpu', not {ACCELERATOR!r}")
     if on_iree():
-        from litegpu.backends.iree import iree_devices, no_device_reason
+        from litegpu.backends.iree.engine import iree_devices, no_device_reason
 
         if not iree_devices(allow_software=True):
             where = "JAX sees no GPU, and " if ACCELERATOR == "gpu" else ""
@@ -48,7 +48,7 @@ def require_accelerator() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _jax_sees_a_gpu() -> bool:
-    from litegpu.backends.xla import available_platforms
+    from litegpu.backends.xla.device import available_platforms
 
     return "gpu" in available_platforms()
 
@@ -83,7 +83,7 @@ def make_environment() -> Any:
     return load_bench_module("bench_gpu").environment("cpu" if ACCELERATOR == "cpu" else "gpu")
 
 
-# Models that run whole on the CPU through IREE: it refuses TFLite's exact integer kernels (backends/iree.py),
+# Models that run whole on the CPU through IREE: it refuses TFLite's exact integer kernels (backends/iree/engine.py),
 # and a model with variables is kept whole rather than split.  (name, quantized_execution) -> why; strict xfails
 # through IREE, so that a model IREE comes to run is noticed.
 IREE_KEEPS_ON_CPU = {
@@ -120,7 +120,7 @@ def expected_platform() -> str:
     """The platform of the arrays a GPU run leaves in its output buffers: JAX's ("gpu", or "cpu" standing in),
     or IREE's ("vulkan")."""
     if on_iree():
-        from litegpu.backends.iree import iree_devices
+        from litegpu.backends.iree.engine import iree_devices
 
         return iree_devices(allow_software=True)[0].platform
     return "gpu" if on_real_gpu() else "cpu"

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.gpu
 require_accelerator()
 if on_iree():
     # what this module checks (the device loop, weights as stored, the layers looped) is XLA's GPU programs;
-    # generation through IREE, token by token, is checked by tests/backends/test_iree.py
-    pytest.skip("issue 25's GPU programs are XLA's; through IREE see tests/backends/test_iree.py",
+    # generation through IREE, token by token, is checked by tests/backends/iree/test_iree.py
+    pytest.skip("issue 25's GPU programs are XLA's; through IREE see tests/backends/iree/test_iree.py",
                 allow_module_level=True)
 
 dm = load_bench_module("decoder_model")
@@ -66,7 +66,7 @@ def test_decoder_weights_stay_as_stored_and_the_device_loop_gives_the_same_token
 
 @pytest.mark.parametrize("weights", ["float16", "int8", "int4"])
 def test_a_deep_decoder_loops_over_its_layers_and_generates_the_same_tokens(weights):
-    """Five layers: traced once in a loop (backends.layer_scan), the caches carried stacked by the device loop."""
+    """Five layers: traced once in a loop (backends.xla.layer_scan), the caches carried stacked by the device loop."""
     model = dm.build_decoder(dm.DecoderConfig(weights=weights, **{**CONFIG, "layers": 5}))
     cm = compiled(model)
     check_generation(cm, [2, 7, 1, 8, 2, 8], 18)

@@ -123,7 +123,7 @@ class Jax:
     """jax arrays on the model's device: held as they are (immutable, so no write-through check)."""
 
     def __init__(self):
-        from litegpu.backends.xla import device_for, jax_module
+        from litegpu.backends.xla.device import device_for, jax_module
 
         self.jax = jax_module()
         self.device = device_for(jax_platform())

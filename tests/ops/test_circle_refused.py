@@ -1,4 +1,4 @@
-"""Circle ops refused with the reason: BCQ_FULLY_CONNECTED and BCQ_GATHER (ops/circle_bcq.py).  A model using
+"""Circle ops refused with the reason: BCQ_FULLY_CONNECTED and BCQ_GATHER (ops/circle/bcq.py).  A model using
 one names it and why, on every backend and in ``litegpu ops``; the model is still read and written."""
 
 from __future__ import annotations

@@ -232,7 +232,7 @@ def test_ggml_gather_names_an_index_out_of_range():
 
 
 def test_uint4_product_from_the_gpus_4bit_weight_is_the_dequantized_one():
-    """A GPU holds UINT4 weights in XLA's uint4 (backends/xla.py): the product reads them as int4 (XOR 8),
+    """A GPU holds UINT4 weights in XLA's uint4 (backends/xla/backend.py): the product reads them as int4 (XOR 8),
     which XLA GPU converts inside its kernel.  Here on the CPU, the same arithmetic against numpy's."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

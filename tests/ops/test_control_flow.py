@@ -307,7 +307,7 @@ def calling_model():
 @pytest.mark.parametrize("build", [affine_loop, accumulating_loop, constant_or_scaled_branch, calling_model])
 def test_control_flow_under_a_reduced_gpu_precision(build, precision):
     # WHILE used to cast its carry back to the declared float32, meeting the body's float16 weights.
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     model, inputs = build()
     reference, backend = ReferenceBackend(model), XlaBackend(model, precision=precision)

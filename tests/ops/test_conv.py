@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from litegpu.ir.builder import ModelBuilder
-from litegpu.ops.common import conv_output_size
+from litegpu.ops._common import conv_output_size
 from litegpu.ir import read_model
 from litegpu.ir.save import to_bytes
 from oracle import assert_builtin_bits, check_op_model, random_input
@@ -69,7 +69,7 @@ def test_grouped_conv2d_with_one_channel_per_group_matches_official(multiplier, 
 
 def run_forced_target(model, inputs, target):
     """Run our XLA backend on CPU with the lowering of another target (the GPU one)."""
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
     from litegpu.ir import read_model
     from litegpu.ir.save import to_bytes
 
@@ -334,7 +334,9 @@ def test_builtin_order_convolutions_in_a_row_compute_each_layer_once():
     ops one by one.  The work (XLA's own count of the program's flops) now grows with the layers, not faster."""
     import jax
 
-    from litegpu.backends.xla import XlaBackend, XlaState, device_for
+    from litegpu.backends.xla.backend import XlaBackend
+    from litegpu.backends.xla.state import XlaState
+    from litegpu.backends.xla.device import device_for
 
     def flops(widths):
         model = pointwise_depthwise_chain(widths)

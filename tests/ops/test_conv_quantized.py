@@ -12,7 +12,7 @@ from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder, quantization
 from litegpu.ir.save import to_bytes
 from litegpu.ops import Target, find
-from litegpu.ops.common import conv_output_size
+from litegpu.ops._common import conv_output_size
 from oracle import assert_builtin_bits, check_op_model, random_input
 
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from litegpu.ops import fixedpoint as fp
+from litegpu.ops import _fixedpoint as fp
 
 
 @pytest.mark.parametrize("real, expected", [
@@ -88,7 +88,7 @@ def test_float_to_int32_like_x86():
 
 
 def test_jax_agrees_with_numpy():
-    from litegpu.backends.xla import jax_module
+    from litegpu.backends.xla.device import jax_module
 
     jnp = jax_module().numpy
     rng = np.random.default_rng(3)
@@ -107,7 +107,7 @@ def test_row_quantization_under_xla_divides_as_c_does():
     got a zero point one off under XLA CPU, which had turned range / 255.0 into a multiplication by the rounded
     reciprocal, and rmin / scale and rmax / scale into multiplications by one reciprocal (a real-width int4
     block-256 prefill: 5 % of its KV cache off the builtin kernels)."""
-    from litegpu.backends.xla import jax_module
+    from litegpu.backends.xla.device import jax_module
     from litegpu.ops import _quantized as q
 
     jax = jax_module()

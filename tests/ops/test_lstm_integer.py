@@ -12,7 +12,7 @@ from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError, UnsupportedOpError
 from litegpu.ir.builder import ModelBuilder, quantization
 from litegpu.ops import Target, find
-from litegpu.ops import fixedpoint as fp
+from litegpu.ops import _fixedpoint as fp
 
 CONVERTER = {"features": 8, "units": 32, "time": 12}  # the held-out model's first layer
 

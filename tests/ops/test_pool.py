@@ -5,7 +5,7 @@ from oracle import check_op_model, full_range as full_range_input, random_input
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
 from litegpu.ir.builder import ModelBuilder
-from litegpu.ops.common import conv_output_size
+from litegpu.ops._common import conv_output_size
 
 POOLS = ["MAX_POOL_2D", "AVERAGE_POOL_2D", "L2_POOL_2D"]
 

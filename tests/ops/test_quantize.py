@@ -238,9 +238,9 @@ def test_a_run_time_dequantize_stands_apart_from_its_consumers_only_when_traced_
     import jax
     import jax.numpy as jnp
 
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
     from litegpu.ir.builder import ModelBuilder, quantization
-    from litegpu.ops.common import without_xla_steering
+    from litegpu.ops._common import without_xla_steering
 
     b = ModelBuilder()
     q = b.input("q", (2, 4), "int8", quantization=quantization([0.5], [3]))

@@ -289,7 +289,7 @@ REDUCED_PRECISION_MODELS = {
 def test_float_recurrent_ops_take_the_float16_weights_of_a_reduced_precision(op, precision):
     # fp16 holds float32 weights as float16; the kernels took only float32 (or hybrid int8) weights.
     from litegpu.backends import ReferenceBackend
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     model, shape = REDUCED_PRECISION_MODELS[op]()
     rng = np.random.default_rng(13)

@@ -243,7 +243,7 @@ def test_slice_with_computed_begin(begin, size, dtype):
 
 
 def test_slice_with_computed_begin_and_size_minus_one_is_unsupported_under_xla():
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
     from litegpu.errors import UnsupportedOpError
 
     model, feeds = one_op("SLICE", [random_input((4, 5)), np.array([1, 0], np.int32), const([-1, 5])],

@@ -25,7 +25,7 @@ def official_runs(data, input_batches):
 def check_stateful_model(model, input_batches):
     data = to_bytes(model)
     expected = official_runs(data, input_batches)
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     ours = read_model(data)
     for name, backend in [("reference", ReferenceBackend(ours)), ("xla", XlaBackend(ours))]:
@@ -127,7 +127,7 @@ def test_reset_variables_runs_the_init_subgraph_again():
 
 
 def test_xla_backend_keeps_state_and_retraces_only_once():
-    from litegpu.backends.xla import XlaBackend
+    from litegpu.backends.xla.backend import XlaBackend
 
     b = ModelBuilder()
     x = b.input("x", (1,))

@@ -3,7 +3,7 @@ model's own outputs) and onert (ONE's runtime, where it runs the file).
 
 Measured here with onert 0.1.0: it runs all but the INSTANCE_NORM net (which it refuses to prepare);
 that one is held to torch alone, and INSTANCE_NORM itself to ONE's kernel source
-(tests/ops/test_circle_normalization.py).
+(tests/ops/circle/test_circle_normalization.py).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ ATTENTION_CASES = {"dynamic_cache": {}, "static_cache": {"cache": "static", "pas
 
 @pytest.fixture(scope="module")
 def llama_attention(tmp_path_factory) -> dict:
-    """Hugging Face's LlamaAttention fused by tico into circle's ATTENTION (tests/ops/test_circle_attention.py
+    """Hugging Face's LlamaAttention fused by tico into circle's ATTENTION (tests/ops/circle/test_circle_attention.py
     has more shapes); onert 0.1.0 refuses to load that op, so torch is the reference."""
     folder = tmp_path_factory.mktemp("llama_attention")
     return {name: tico_models.make_llama_attention(folder, **case) for name, case in ATTENTION_CASES.items()}

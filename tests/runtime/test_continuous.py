@@ -13,7 +13,7 @@ import pytest
 
 import litegpu
 from litegpu import ClosedError, InvalidArgumentError
-from litegpu.backends.xla_batched_decode import BatchedDecode
+from litegpu.backends.xla.batched_decode import BatchedDecode
 from litegpu.ir.save import to_bytes
 from litegpu.runtime.continuous import ContinuousBatcher
 from oracle import load_bench_module
@@ -232,7 +232,7 @@ def test_caches_in_the_layout_the_step_program_takes(batcher, alone, monkeypatch
     transposed layout is forced: inserting, resizing and stepping all keep it, and the tokens stay generate's."""
     from jax.experimental.layout import Layout
 
-    from litegpu.backends import xla_batched_decode
+    from litegpu.backends.xla import batched_decode as xla_batched_decode
 
     transposed = Layout(major_to_minor=(0, 1, 3, 2))
     monkeypatch.setattr(BatchedDecode, "carried_layout", staticmethod(lambda: transposed))

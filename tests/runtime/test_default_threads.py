@@ -123,7 +123,7 @@ def timed_threads(monkeypatch, faster: str) -> list:
         calls.append(sorted(candidates))
         return faster, {name: 1.0 if name == faster else 2.0 for name in candidates}
 
-    monkeypatch.setattr("litegpu.backends.engine.fastest", timed)
+    monkeypatch.setattr("litegpu.backends.timing.fastest", timed)
     return calls
 
 

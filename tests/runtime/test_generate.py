@@ -146,7 +146,7 @@ def test_token_by_token_sampling_reads_the_logits_of_every_step(float_decoder, m
 def test_on_xla_tokens_come_from_the_device_a_chunk_per_launch(float_decoder, monkeypatch, temperature):
     """One signature run (the prefill) and one logits read; then each launch generates a chunk of tokens on the
     device, the next launched before the last one's tokens are read."""
-    from litegpu.backends.xla_generate import DecodeLoop
+    from litegpu.backends.xla.generate import DecodeLoop
 
     _, _, model = float_decoder
     read_names, runs = spy_on_runs(model, monkeypatch)
@@ -349,9 +349,9 @@ def test_a_buffer_whose_in_place_run_failed_says_so(fresh_decoder, monkeypatch):
 
 
 def test_looped_layers_carry_their_caches_stacked_through_the_device_loop(monkeypatch):
-    """A decoder deep enough for the layer loop (backends.layer_scan): the device loop carries each cache slot as
+    """A decoder deep enough for the layer loop (backends.xla.layer_scan): the device loop carries each cache slot as
     one stack for the whole generation, and the tokens are still the official interpreter's."""
-    from litegpu.backends.xla_generate import DecodeLoop
+    from litegpu.backends.xla.generate import DecodeLoop
 
     config = dm.DecoderConfig(**{**CONFIG, "layers": 4})
     data = to_bytes(dm.build_decoder(config))
@@ -378,13 +378,13 @@ def test_layers_update_their_caches_inside_the_stack_and_the_caches_keep_the_loo
     generations in a row are still the official interpreter's."""
     from jax.experimental.layout import Layout
 
-    from litegpu.backends import xla
-    from litegpu.backends.xla_generate import DecodeLoop
+    from litegpu.backends.xla import tracer as xla_tracer
+    from litegpu.backends.xla.generate import DecodeLoop
 
     transposed = Layout(major_to_minor=(0, 1, 3, 2))
     monkeypatch.setattr(DecodeLoop, "carried_layout", staticmethod(lambda: transposed))
     into_stack, layouts = [], []
-    update, run = xla._XlaRunner._update_into_stack, DecodeLoop.run
+    update, run = xla_tracer._XlaRunner._update_into_stack, DecodeLoop.run
 
     def spy_update(self, *args, **kwargs):
         into_stack.append(args[1].opcode_name)
@@ -394,7 +394,7 @@ def test_layers_update_their_caches_inside_the_stack_and_the_caches_keep_the_loo
         layouts.extend(c.format.layout for c in caches)
         return run(self, caches, *args, **kwargs)
 
-    monkeypatch.setattr(xla._XlaRunner, "_update_into_stack", spy_update)
+    monkeypatch.setattr(xla_tracer._XlaRunner, "_update_into_stack", spy_update)
     monkeypatch.setattr(DecodeLoop, "run", spy_run)
     config = dm.DecoderConfig(**{**CONFIG, "layers": 4})
     data = to_bytes(dm.build_decoder(config))

@@ -160,7 +160,7 @@ def test_bad_dlpack_writes_raise_tensor_buffer_errors(data, match):
 
 
 def test_a_dlpack_array_on_a_device_jax_cannot_reach_is_a_clear_error():
-    from litegpu.backends.xla import available_platforms
+    from litegpu.backends.xla.device import available_platforms
 
     if "gpu" in available_platforms():
         pytest.skip("JAX sees a GPU here: the array below would claim to live on it")

@@ -11,13 +11,18 @@ An engine answers three questions and keeps one promise:
   live (``where``: the host, or a device of the engine's own, with ``place`` to put an input there);
 - an engine names the kernels that take over a partition it turns out unable to compile (``fallback``).
 
-The planner (``compile.plan``) and the runtime (``runtime.partitioned``) reach engines through this interface
-and the registry alone, and name none.
+An engine describes itself in one :class:`EngineInfo` line of the registry (``registry.py``): its name, title,
+role, install hint, devices, its part in the fast CPU path; the planner (``compile.plan``), the runtime
+(``runtime``) and the command line read every table of engines from there, and make engines there by name.
+Engines that run partitions the planner gives them in pieces (``fast_cpu="ops"``) may also say, while planning,
+which would fail to compile (``compile_error``).
 
-This module imports no engine: each engine is a module of its own that subclasses :class:`Engine` here, and
-the registry (``registry.py``) names them all; a new engine is one module and one line there.  The XLA engine's
-executables are :class:`~litegpu.backends.xla.XlaBackend` objects (one ``jax.jit`` program per input shape) and
-the reference engine's walk the graph with numpy kernels.
+This module imports no engine: each engine is a module (or a package: ``xla/``, ``iree/``) of its own that
+subclasses :class:`Engine` here, and the registry names them all; a new engine is one module and one line there.
+The XLA engine's executables are :class:`~litegpu.backends.xla.backend.XlaBackend` objects (one ``jax.jit`` program
+per input shape) and the reference engine's walk the graph with numpy kernels; the runtime still runs those two
+engines' partitions itself over the model's own state (``EngineInfo.runtime_owned``).  Timing engines against each
+other is ``timing.py``'s.
 """
 
 from __future__ import annotations
@@ -76,17 +81,76 @@ class Executable(abc.ABC):
         return value, False
 
 
+@dataclasses.dataclass(frozen=True)
+class EngineInfo:
+    """What an engine says of itself: every table of engines (the planner's names and titles, ``doctor``'s roles and
+    install hints, the options' engine names, ``inspect``'s choices) is derived from these, through the registry
+    (``registry.py``), without importing the engine's module (that is left for when the engine is asked for)."""
+
+    name: str                     # its registered name, as plans, options and reports name it
+    title: str                    # how a report names it: "LiteRT (XNNPACK)"
+    role: str                     # what it runs in litegpu, for ``litegpu doctor``
+    install: str                  # how to get it where it is missing
+    # its class, or where to import it from: "package.module:Class" (".module:Class": relative to ``backends``)
+    make: Any
+    targets: tuple[Target, ...]   # the op rules its partitions carry in plans (``Partition.target``), its own first
+    devices: tuple[str, ...] = ("CPU",)  # where its partitions run: "CPU", "GPU"
+    # a candidate of the fast CPU path (``CpuOptions.engines``): "ops" takes the ops it converts as partitions
+    # (OpenVINO: the planner asks ``unsupported`` and ``compile_error``), "whole" takes whole models where it is
+    # timed faster (the official interpreter: the planner also asks ``model_refusal``, ``settings_refusal``,
+    # ``faster_than`` and keeps its verdicts with ``cached_choice`` / ``remember_choice``, until the timing memo
+    # is the planner's own: issue 36, item 2); None: not one
+    fast_cpu: str | None = None
+    # the runtime runs its partitions over the model's own XLA state or numpy runner rather than through
+    # ``compile`` (XLA and the numpy reference, until they run through the interface too: issue 36)
+    runtime_owned: bool = False
+    # ``doctor``'s "available" column and what to add where the engine is installed but has no device here
+    no_device: tuple[str, str] | None = None
+    # Model Explorer overlay of its ops, per device: (label, colour)
+    overlay: tuple[tuple[str, str, str], ...] = ()   # (device, label, colour)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineContext:
+    """What an engine is made with besides its settings: the model's file (``file``; ``whole_file``: the model
+    planned is that file as it is), its compile cache and key, and whether a software device may be used."""
+
+    file: str | None = None
+    whole_file: bool = True
+    cache: Any = None
+    cache_key: dict | None = None
+    allow_software: bool = False
+
+
 class Engine(abc.ABC):
     name: str = ""
     target: Target
+    info: EngineInfo | None = None  # set by the registry on the engines it makes
     # The kernels that run a partition this engine turns out unable to compile (a graph its shape inference
     # refuses, an op its compiler fails on), on the CPU, with a warning naming its error: XLA with the op rules of
     # this target (numpy where XLA refuses an op); None: no fallback, the error reaches the caller.
     fallback: Target | None = None
     fallback_words = ""  # how the warning names them: "the exact kernels", "the CPU"
     # Its ``compile`` takes ``host_state``: the model's weights and variables as the runtime holds them on the
-    # host (``backends.xla.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from there).
+    # host (``backends.xla.state.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from
+    # there).
     shares_host_state = False
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "Engine":
+        """A new engine for one model (``context``): what the registry calls.  By default made from its settings."""
+        return cls(settings)  # type: ignore[call-arg]
+
+    @classmethod
+    def device_rows(cls, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``litegpu doctor``'s rows for the devices this engine has of its own (``earlier``: the rows of the
+        engines before it): each a dict of "device", "detail", "engines" and optionally "install".  None here."""
+        return []
+
+    @classmethod
+    def gpu_plan_line(cls, devices: Sequence[dict[str, Any]]) -> str | None:
+        """Where ``doctor`` says GPU plans run, when this engine runs them here (``devices``: every device row)."""
+        return None
 
     @abc.abstractmethod
     def available(self) -> bool:
@@ -107,6 +171,11 @@ class Engine(abc.ABC):
     def compile(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
                 cache_key: dict | None = None) -> Executable:
         """An executable for ``op_range`` of ``model``."""
+
+    def compile_error(self, model: Model, op_range: OpRange) -> str | None:
+        """Why ``op_range`` would fail to compile, found while planning (the planner then gives it to another
+        engine), or None: it compiles, or the engine finds out only at run time."""
+        return None
 
     def version(self) -> str:
         """The engine's version for cache keys, read without loading the engine where that is costly."""
@@ -232,90 +301,6 @@ def installed_version(module: str, distribution: str) -> str:
         return "unknown"
 
 
-def sample_inputs(model: Model, op_range: OpRange, seed: int = 0) -> list[Any]:
-    """Inputs to time a partition with: floats drawn from a normal distribution, integers and booleans
-    zero (always a valid index, token or length)."""
-    import numpy as np
-
-    from ..ir import numpy_dtype
-
-    rng = np.random.default_rng(seed)
-    sg = model.subgraphs[op_range.subgraph]
-    arrays = []
-    for t in op_range.inputs:
-        tensor = sg.tensors[t]
-        dtype = np.dtype(numpy_dtype(tensor.dtype))
-        shape = tuple(int(d) for d in tensor.shape)
-        arrays.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype))
-    return arrays
-
-
-# ``fastest``: a round of each candidate lasts at least this long (its runs repeated, at most MAX_ROUND_REPEAT times)
-MIN_ROUND_S = 2e-3
-MAX_ROUND_REPEAT = 100
-
-
-def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
-            min_rounds: int = 3, max_rounds: int = 30) -> tuple[str, dict[str, float]]:
-    """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
-    run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
-    candidates alternate round by round, each round's order rotated, until ``budget_s`` is spent (at least
-    ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
-    whose warm-up raises drops out.  Returns (name, seconds per round of every candidate that ran).
-
-    The seconds are paired estimates: a candidate's time over the first candidate's in the same round,
-    median over the rounds, times the first candidate's median.  On a machine others share, the load
-    changes from round to round; within a round the candidates run back to back and see about the same, so
-    the ratio cancels what independent medians keep (the engine choice flipped between runs on the loaded
-    2-core machine: BENCHMARKS.md, issue 26)."""
-    import statistics
-    import time
-
-    def run_all(runs: list[tuple[Executable, list[Any]]]) -> None:
-        for executable, inputs in runs:
-            for result in executable.run(inputs):
-                getattr(result, "block_until_ready", lambda: None)()
-
-    alive, first = {}, []
-    for name, runs in candidates.items():
-        try:
-            start = time.perf_counter()
-            run_all(runs)
-            took = time.perf_counter() - start
-            if took < MIN_ROUND_S:  # a short run: timed again, past the first run's own costs
-                start = time.perf_counter()
-                run_all(runs)
-                took = time.perf_counter() - start
-            first.append(took)
-            alive[name] = runs
-        except Exception:  # noqa: BLE001  (an engine that cannot run it is simply not the fastest)
-            continue
-    if not alive:
-        from ..errors import ModelExecutionError
-
-        raise ModelExecutionError(f"no engine could run the model to time it ({', '.join(candidates)})")
-    # Back-to-back runs, as a model serves its calls: a sub-millisecond model's round repeats them to about
-    # MIN_ROUND_S.  One run each in turn timed each engine after the other's idle threads and cache footprint:
-    # MediaPipe's face detector went to OpenVINO at 0.40 against 0.44 ms, and then ran 0.93x XNNPACK in blocks.
-    repeat = int(min(MAX_ROUND_REPEAT, max(1, MIN_ROUND_S / max(min(first), 1e-7))))
-    alive = {name: runs * repeat for name, runs in alive.items()}
-    times: dict[str, list[float]] = {name: [] for name in alive}
-    order = list(alive)
-    deadline = time.perf_counter() + budget_s
-    for rounds in range(max_rounds):
-        if rounds >= min_rounds and time.perf_counter() > deadline:
-            break
-        for name in order[rounds % len(order):] + order[:rounds % len(order)]:
-            start = time.perf_counter()
-            run_all(alive[name])
-            times[name].append(time.perf_counter() - start)
-    reference = order[0]
-    scale = statistics.median(times[reference])
-    paired = {name: scale * statistics.median(t / max(r, 1e-12) for t, r in zip(values, times[reference]))
-              for name, values in times.items()}
-    return min(paired, key=paired.__getitem__), paired
-
-
-__all__ = ["HOST", "Engine", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name", "fastest",
+__all__ = ["HOST", "Engine", "EngineContext", "EngineInfo", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name",
            "installed_version",
-           "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores", "sample_inputs"]
+           "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores"]

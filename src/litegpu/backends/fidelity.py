@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,26 @@ def dynamic_range_only(model: Model) -> bool:
                 if first is None or out is None or first.dtype != "float32" or out.dtype != "float32":
                     return False
     return found
+
+
+# The engine whose hybrid ops this module measures against the official interpreter's
+HYBRID_ENGINE = "openvino"
+
+
+def fast_path_verdict(model: Model, small: Callable[[], bool], settings: EngineSettings, cache: Any = None,
+                      cache_key: dict | None = None) -> HybridVerdict:
+    """The verdict for a model on the default fast CPU path whose engines include ``HYBRID_ENGINE``: measured for a
+    dynamic-range model that is not ``small`` (which the official interpreter runs untimed), measured once and
+    kept in ``cache``."""
+    if not dynamic_range_only(model):
+        return HybridVerdict(False, "not a dynamic-range model on the fast path")
+    if small():
+        return HybridVerdict(False, "not measured: a small model, which the official interpreter runs without timing")
+    from .openvino import OpenVinoEngine
+
+    if not OpenVinoEngine().installed():
+        return HybridVerdict(False, "OpenVINO is not installed")
+    return openvino_verdict(model, model.tflite_file, settings, cache, cache_key)
 
 
 def openvino_verdict(model: Model, file: str | None, settings: EngineSettings, cache: Any = None,

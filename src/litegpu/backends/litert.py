@@ -44,7 +44,7 @@ from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
 from ..ir.save import constant_bytes
 from ..ops import Target
-from .engine import (SUB_BYTE_DTYPES, Engine, EngineSettings, Executable, cpu_name, installed_version,
+from .engine import (SUB_BYTE_DTYPES, Engine, EngineContext, EngineSettings, Executable, cpu_name, installed_version,
                      integer_arithmetic, physical_cores)
 from .graph import OpRange
 from .memory import host_available_bytes
@@ -111,6 +111,10 @@ class LiteRtEngine(Engine):
         self.file = file
         self._interpreters: dict[tuple[int, OpRange | None], _SharedInterpreter] = {}  # (id(model), part)
         self._refusals: dict[int, str | None] = {}
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "LiteRtEngine":
+        return cls(settings, file=context.file, cache=context.cache, cache_key=context.cache_key)
 
     def available(self) -> bool:
         try:
@@ -304,7 +308,7 @@ class LiteRtEngine(Engine):
 
     def _timed_choice(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
         """``faster_than``'s timing, its verdict remembered."""
-        from .engine import fastest, sample_inputs
+        from .timing import fastest, sample_inputs
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
         try:
@@ -405,7 +409,7 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     import time
 
     from ..ir import entry_subgraphs
-    from .engine import fastest, sample_inputs
+    from .timing import fastest, sample_inputs
 
     candidates = {}
     for threads in (1, cores):
@@ -557,7 +561,7 @@ def _sub_model(model: Model, part: OpRange) -> Model:
 
 
 def _python_custom_ops(model: Model) -> set[str]:
-    from ..ops.python_ops import PythonCustomOp
+    from ..ops.custom.python_ops import PythonCustomOp
     from ..ops.registry import find
 
     return {op.opcode_name for sg in model.subgraphs for op in sg.operators
@@ -733,6 +737,11 @@ class LiteRtExecutable(Executable):
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return self.run_arrays([x if type(x) is np.ndarray else np.asarray(x) for x in inputs])
+
+    def carry(self, initial: Sequence[np.ndarray]) -> "CarriedState":
+        """A state that runs of this model's interpreter hand on to each other (``run_carrying``), starting from
+        ``initial``."""
+        return CarriedState(self.shared, initial)
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``run`` for numpy arrays, in one frame: a model that runs in 2 us is mostly the cost of this call

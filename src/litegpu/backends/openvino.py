@@ -41,7 +41,8 @@ from ..ir import Model, Operator, Subgraph, numpy_dtype
 from ..ir.extract import extract_ops, port_tensor_index
 from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, installed_version, integer_arithmetic, physical_cores
+from .engine import (Engine, EngineContext, EngineSettings, Executable, installed_version, integer_arithmetic,
+                     physical_cores)
 from .graph import OpRange
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,21 @@ class OpenVinoEngine(Engine):
         self.file = file
         # partitions compiled while planning (``compile_error``), handed out again by ``compile``
         self._executables: dict[tuple, OpenVinoExecutable] = {}
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "OpenVinoEngine":
+        return cls(cache=context.cache, cache_key=context.cache_key, settings=settings,
+                   file=context.file if context.whole_file else None)
+
+    @classmethod
+    def device_rows(cls, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The Intel GPU: what OpenVINO's GPU plugin (or IREE, through Vulkan) would make of it."""
+        try:
+            report = intel_gpu_report()
+        except Exception as e:  # noqa: BLE001  (OpenVINO missing or broken: say so)
+            return [{"device": "Intel GPU", "detail": f"{type(e).__name__}: {e}", "engines": "-"}]
+        engines = "openvino GPU plugin" if report.openvino else ("iree (Vulkan)" if report.hardware else "-")
+        return [{"device": "Intel GPU", "detail": report.explain(), "engines": engines}]
 
     def available(self) -> bool:
         try:
@@ -239,7 +255,7 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers
     if any(t.is_variable for t in tensors):
         return "reads a variable tensor"
     if op.is_custom:
-        from ..ops.python_ops import PythonCustomOp
+        from ..ops.custom.python_ops import PythonCustomOp
         from ..ops.registry import find
 
         if isinstance(find(op.opcode_name, custom=True), PythonCustomOp):
@@ -562,7 +578,7 @@ def openvino_gpu_devices() -> list[str]:
 
 
 def intel_gpu_report(pci_root: str = PCI_DEVICES) -> IntelGpuReport:
-    from .vulkan import INTEL_VENDOR_ID, vulkan_devices
+    from .iree.vulkan import INTEL_VENDOR_ID, vulkan_devices
 
     hardware = intel_gpus_on_pci(pci_root) or [d.name for d in vulkan_devices() if d.vendor_id == INTEL_VENDOR_ID]
     return IntelGpuReport(tuple(hardware), tuple(openvino_gpu_devices()))

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir import Model
 from ..ops import Target
-from .engine import Engine, EngineSettings, Executable, op_reasons
+from .engine import Engine, EngineContext, EngineSettings, Executable, op_reasons
 from .graph import GraphRunner, OpRange
 
 
@@ -44,6 +44,10 @@ class ReferenceEngine(Engine):
     """The numpy interpreter: exact and slow; runs what nothing else can."""
 
     name, target = "reference", Target.REFERENCE
+
+    @classmethod
+    def create(cls, settings: EngineSettings | None, context: EngineContext) -> "ReferenceEngine":
+        return cls()
 
     def available(self) -> bool:
         return True

@@ -240,6 +240,14 @@ def _start(path: Path, options: Any, signature: str | None, arrays: dict | None)
                      "total_ms": (session.load_s + first) * 1e3}
 
 
+def whole_program_engines(plan: Any) -> list[str]:
+    """The engines of ``plan`` that run a partition as one program of their own (not the runtime's XLA or numpy
+    kernels, whose ops can be timed one by one)."""
+    from ..backends import registry
+
+    return [e for e in plan.ops_per_engine() if not registry.info(e).runtime_owned]
+
+
 def delegation(model: Any) -> dict[str, Any]:
     plan = model.plan
     return {"accelerator": model.accelerator, "backend": plan.target.value, "engines": plan.ops_per_engine(),
@@ -251,7 +259,7 @@ def delegation(model: Any) -> dict[str, Any]:
 
 def _warm_up_runtime() -> None:
     """Imports and op registration happen before the clock starts: they are the process's, not the model's."""
-    from ..backends.xla import jax_module
+    from ..backends.xla.device import jax_module
     from ..format import load_schema
     from ..ops import _catalog  # noqa: F401  (imports every op module)
 
@@ -346,7 +354,7 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
         if profile:
             result["profile"] = profile_ops(session, repeats=max(3, min(runs, PROFILE_REPEATS_MAX)),
                                             progress=bar, whole_model_ms=result["latency_ms"]["median"])
-            if {"openvino", "litert"} & set(session.model.plan.ops_per_engine()):
+            if whole_program_engines(session.model.plan):
                 # OpenVINO and the official interpreter run a partition as one program: no per-op times to give
                 result["profile"]["note"] = ("per-op times are the exact kernels' under XLA; OpenVINO and the "
                                              "official interpreter run their partitions whole, so they are not "
@@ -371,7 +379,7 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 def _make_profiler_class() -> type:
     """Built on first use: the XLA backend's runner imports nothing heavy, but keep ``inspect`` lean."""
     from ..backends.graph import STATEFUL_OPS
-    from ..backends.xla import _PolicyRunner
+    from ..backends.xla.tracer import _PolicyRunner
 
     class OpProfiler(_PolicyRunner):
         """Times each op of a subgraph as its own ``jax.jit`` program, on the model's device.
@@ -459,7 +467,9 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     model = session.model
     if model.plan.target.value == "reference":
         return _profile_reference(session, repeats, progress)
-    from ..backends.xla import XlaBackend, XlaState, jax_module
+    from ..backends.xla.backend import XlaBackend
+    from ..backends.xla.state import XlaState
+    from ..backends.xla.device import jax_module
     from ..ops import Target
 
     jax = jax_module()

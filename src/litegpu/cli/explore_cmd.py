@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import registry
 from ..errors import FormatConversionError, InvalidArgumentError
 from .common import KERNEL_MODES, accelerator_flags, console, cpu_kernel_mode, titled_table
 
@@ -98,7 +99,7 @@ def explore(path: Path, *, out: Path, accelerator: str = "cpu", kernel_mode: str
         finally:
             compiled.close()
     else:
-        plan = device_free_plan(model, flags, kernel_mode, gpu_engine or "xla").plan
+        plan = device_free_plan(model, flags, kernel_mode, gpu_engine).plan
         overlays.update(plan.node_data())
     report["plan"] = {"summary": plan.summary() if plan.accelerator == "GPU" else plan.engine_summary(),
                       "engines": plan.engine_summary(), "notes": list(plan.notes),
@@ -227,7 +228,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accelerator", default="cpu", metavar="cpu|gpu|gpu,cpu", help="the plan to show (default cpu)")
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels: fast (the default), builtin or reference, as for run and bench")
-    p.add_argument("--gpu-engine", choices=("xla", "iree"), default=None,
+    p.add_argument("--gpu-engine", choices=registry.named(device="GPU"), default=None,
                    help="the engine of the GPU's partitions (default: XLA; with a measurement, what CompiledModel "
                         "picks: XLA where JAX sees a GPU, else IREE)")
     p.add_argument("--signature", metavar="KEY", help="signature to measure (default: the first)")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..backends import registry
 from ..format import decode_model
 from ..ir import Model, Quantization, Tensor
 from ..ir.load import model_from_raw
@@ -211,36 +213,46 @@ def accelerator_flags(spec: str) -> int:
     return int(GPU | CPU) if "gpu" in names else int(CPU)
 
 
-def device_free_plan(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> Any:
-    """The plan ``CompiledModel`` would make (a ``PlannedModel``), made without a device: ``gpu_engine`` "iree"
-    plans the GPU's partitions for IREE (Vulkan, Metal) on the model as it runs there (a quantized model's float
-    view).  Its plan's ``file_model`` is ``model``."""
+def device_free_plan(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str | None = None,
+                     cpu_engines: Sequence[str] | None = None) -> Any:
+    """The plan ``CompiledModel`` would make (a ``PlannedModel``), made without a device: ``gpu_engine`` names the
+    engine of the GPU's partitions (None: XLA's); another than XLA (IREE: Vulkan, Metal) plans them on the model as
+    it runs there (a quantized model's float view).  ``cpu_engines``: the fast CPU path's engines
+    (``CpuOptions.engines``; None: every one installed).  Its plan's ``file_model`` is ``model``."""
     import dataclasses
 
     from ..backends.engine import EngineSettings
-    from ..backends.registry import fast_cpu_engines
     from ..compile import plan_model
 
     # the engines CompiledModel would plan with (the official interpreter is timed against OpenVINO as there)
-    engines = fast_cpu_engines(EngineSettings(), model.tflite_file) \
-        if cpu_kernels == "fast" else None
+    engines = {name: e for name, e in registry.fast_cpu_engines(EngineSettings(), model.tflite_file).items()
+               if cpu_engines is None or name in cpu_engines} if cpu_kernels == "fast" else None
     engine, planned_on = None, model
-    if gpu_engine == "iree" and flags & 2:
-        from ..backends.iree import IreeEngine
+    if gpu_engine is not None and not registry.info(gpu_engine).runtime_owned and flags & 2:
         from ..compile.float_view import float_view
         from ..compile.rewrites import rewrite_for_xla
 
-        engine, planned_on = IreeEngine(), float_view(rewrite_for_xla(model))
+        engine, planned_on = registry.engine(gpu_engine), float_view(rewrite_for_xla(model))
     planned = plan_model(planned_on, flags, warn=False, cpu_kernels=cpu_kernels, engines=engines, gpu_engine=engine,
-                         lowered_engines=lambda: fast_cpu_engines(EngineSettings()))
+                         lowered_engines=lambda: registry.fast_cpu_engines(EngineSettings()))
     return dataclasses.replace(planned, plan=dataclasses.replace(planned.plan, file_model=model))
 
 
-def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str = "xla") -> dict:
+def cpu_engine_names(spec: str | None) -> tuple[str, ...] | None:
+    """``--engines a,b``: the fast CPU path's engines named (checked as ``CpuOptions.engines`` checks them)."""
+    if spec is None:
+        return None
+    from ..runtime.options import CpuOptions
+
+    return CpuOptions(engines=tuple(n.strip() for n in spec.split(",") if n.strip())).engines
+
+
+def plan_summary(model: Model, flags: int, cpu_kernels: str = "fast", gpu_engine: str | None = None,
+                 cpu_engines: Sequence[str] | None = None) -> dict:
     """The delegation plan (``device_free_plan``) as JSON-ready tables."""
     from ..compile.circle_lowering import lowerable
 
-    planned = device_free_plan(model, flags, cpu_kernels, gpu_engine)
+    planned = device_free_plan(model, flags, cpu_kernels, gpu_engine, cpu_engines)
     lowered = lowerable(planned.plan.file_model) if planned.lowered else []
     p, model = planned.plan, planned.model  # the partitions index the lowered model where circle ops were lowered
     partitions = [{
@@ -348,7 +360,8 @@ def run(args: Any) -> int:
         model = model_from_raw(decode_model(args.file))
         info: dict = {"file": str(args.file)}
         if args.accelerator:
-            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator), args.kernel_mode, args.gpu_engine)
+            info["plan"] = plan_summary(model, accelerator_flags(args.accelerator), args.kernel_mode, args.gpu_engine,
+                                        cpu_engine_names(args.engines))
         if args.mobile_gpu:
             info["mobile_gpu"] = mobile_gpu_summary(model)
         if args.devices:
@@ -380,7 +393,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels for the plan: fast (OpenVINO where it converts the ops, XLA for the rest; the "
                         "default), builtin (the exact TFLite kernels on XLA) or reference (numpy)")
-    p.add_argument("--gpu-engine", choices=("xla", "iree"), default="xla",
+    p.add_argument("--engines", metavar="NAME,...",
+                   help="the engines the fast CPU path may choose from besides XLA (CpuOptions.engines), of "
+                        f"{', '.join(registry.named(fast_cpu=True))} (default: every one installed)")
+    p.add_argument("--gpu-engine", choices=registry.named(device="GPU"), default=None,
                    help="the engine of the GPU's partitions in the plan: xla (CUDA, ROCm; the default) or iree "
                         "(Vulkan and Metal GPUs: what GpuOptions(engine=\"iree\") plans, a quantized model as its "
                         "float view)")

@@ -108,7 +108,7 @@ def model_for_platform(model: Model, platform: str, quantized_execution: str = "
 
 def float_view_backend(model: Model, subgraph_index: int = 0, platform: str = "cpu", **kwargs: Any) -> Any:
     """An XLA backend over the float view: the GPU's arithmetic, runnable on the CPU (tests, comparisons)."""
-    from ..backends.xla import XlaBackend
+    from ..backends.xla.backend import XlaBackend
 
     return XlaBackend(float_view(model), subgraph_index, platform, **kwargs)
 
@@ -257,7 +257,7 @@ class _SubgraphRewrite:
         quantized dimension): the one float32 product DEQUANTIZE itself computes, so the values are the same bit
         for bit.  Written this way the weight's tensor has the same quantization in every layer of an LLM, and its
         scales are a constant like the layer's other weights, which lets the XLA backend loop over the layers
-        (``backends.layer_scan``: kernels read quantization parameters as constants, so layers whose differ
+        (``backends.xla.layer_scan``: kernels read quantization parameters as constants, so layers whose differ
         cannot share one traced body)."""
         q = t.quantization
         scales = np.asarray(q.scale, np.float32)

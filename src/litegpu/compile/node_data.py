@@ -25,14 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backends import registry
 from ..ir import Model, called_subgraphs, entry_subgraphs
 
-# (engine, device) -> what the overlay says and its colour
-ENGINE_LABELS = {
-    ("xla", "GPU"): ("XLA GPU", "#76b900"), ("iree", "GPU"): ("IREE GPU", "#2e7d32"),
-    ("openvino", "CPU"): ("OpenVINO CPU", "#0071c5"), ("litert", "CPU"): ("LiteRT XNNPACK CPU", "#ff8f00"),
-    ("xla", "CPU"): ("XLA CPU", "#8e24aa"), ("reference", "CPU"): ("numpy reference CPU", "#9e9e9e"),
-}
 # an op of the file that the model the engines run has not (DYNAMIC_UPDATE_SLICE took its place: compile.rewrites)
 REWRITTEN = ("not run: a rewrite replaced it", "#eeeeee")
 FALLBACK_COLOR = "#e53935"
@@ -187,8 +182,8 @@ def _planned_op(op: Any, sg: Any, twin: Any, producer: dict[int, int], by_name: 
 
 
 def engine_label(partition: Any) -> tuple[str, str]:
-    return ENGINE_LABELS.get((partition.engine, partition.device),
-                             (f"{partition.engine} {partition.device}", "#bdbdbd"))
+    """What the overlay says of a partition's ops, and its colour: the engine's own (``EngineInfo.overlay``)."""
+    return registry.overlay(partition.engine, partition.device) or (f"{partition.engine} {partition.device}", "#bdbdbd")
 
 
 def plan_node_data(plan: Any, planned: Model, file_model: Model) -> dict[str, NodeData]:
@@ -224,5 +219,5 @@ def _shade(color: str, darker: int) -> str:
     return "#" + "".join(f"{int(c * 0.7):02x}" for c in (r, g, b))
 
 
-__all__ = ["DISTANCE_THRESHOLDS", "ENGINE_LABELS", "NodeData", "Placement", "TIME_GRADIENT", "graph_ids",
+__all__ = ["DISTANCE_THRESHOLDS", "NodeData", "Placement", "TIME_GRADIENT", "graph_ids",
            "node_id", "placements", "plan_node_data", "time_node_data", "values_node_data"]

@@ -38,6 +38,7 @@ from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, nu
 from ..ir.macs import model_macs, ops_macs
 from .choices import SAME_OPS, WHOLE, known_whole_choice, remember_timed
 from .float_view import DATA_MOVEMENT_OPS
+from ..backends import registry
 from ..ops import Target, lookup
 
 logger = logging.getLogger(__name__)
@@ -54,10 +55,6 @@ class Accelerator(enum.IntFlag):
 
 
 CPU, GPU, NPU = Accelerator.CPU, Accelerator.GPU, Accelerator.NPU
-ENGINE_TITLES = {"xla": "XLA", "openvino": "OpenVINO", "litert": "LiteRT (XNNPACK)", "iree": "IREE",
-                 "reference": "the numpy reference"}
-ENGINE_NAMES = {Target.XLA_GPU: "xla", Target.XLA_CPU: "xla", Target.OPENVINO: "openvino", Target.LITERT: "litert",
-                Target.IREE: "iree", Target.REFERENCE: "reference"}
 _NAMES = {CPU: "CPU", GPU: "GPU", NPU: "NPU"}
 # Ops that read or write resource variables: their state lives in one backend, so such models stay whole.
 _VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
@@ -97,12 +94,19 @@ class Partition:
     """
 
     accelerator: Accelerator
-    target: Target              # XLA_GPU, IREE, XLA_CPU, OPENVINO, LITERT or REFERENCE
+    target: Target              # the op rules it was planned with (XLA_GPU, XLA_CPU, REFERENCE), or its engine's own
     subgraph_index: int
     op_indices: tuple[int, ...]
     reasons: tuple[UnsupportedOp, ...] = ()
     inputs: tuple[int, ...] = ()
     outputs: tuple[int, ...] = ()
+    # The registered name of the engine that runs it (``backends.registry``): by default the engine whose
+    # partitions carry ``target``.
+    engine: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.engine:
+            object.__setattr__(self, "engine", registry.name_of(self.target))
 
     @property
     def subgraph(self) -> int:
@@ -112,11 +116,6 @@ class Partition:
     def device(self) -> str:
         """"GPU" or "CPU"."""
         return _NAMES[Accelerator(self.accelerator)]
-
-    @property
-    def engine(self) -> str:
-        """The engine that runs it: "xla", "iree", "openvino", "litert" or "reference"."""
-        return ENGINE_NAMES[self.target]
 
     def op_range(self):  # -> backends.graph.OpRange (imported lazily: compile sits above backends)
         from ..backends.graph import OpRange
@@ -160,6 +159,11 @@ class DelegationPlan:
     # renumbered the ops (float view, XLA's rewrites, circle lowering): what ``node_data`` shows the plan on.
     model: Model | None = field(default=None, compare=False, repr=False)
     file_model: Model | None = field(default=None, compare=False, repr=False)
+    engine: str = ""                                 # the main engine's registered name (by default: ``target``'s)
+
+    def __post_init__(self) -> None:
+        if not self.engine:
+            object.__setattr__(self, "engine", registry.name_of(self.target))
 
     def node_data(self) -> dict[str, Any]:
         """Model Explorer overlays of this plan, by name ("engine", "partition", "fallback"): each a
@@ -192,8 +196,9 @@ class DelegationPlan:
         XLA ("on the GPU (IREE)")."""
         gpu, cpu = self.ops_on("GPU"), self.ops_on("CPU")
         engines = self.ops_per_engine("CPU")
-        detail = f" ({', '.join(f'{n} on {ENGINE_TITLES[e]}' for e, n in engines.items())})" if cpu else ""
-        gpu_engines = [ENGINE_TITLES[e] for e in self.ops_per_engine("GPU") if e != "xla"]
+        detail = f" ({', '.join(f'{n} on {registry.title(e)}' for e, n in engines.items())})" if cpu else ""
+        default_gpu = registry.named(device="GPU")[:1]  # "the GPU" alone: the GPU's first engine (XLA)
+        gpu_engines = [registry.title(e) for e in self.ops_per_engine("GPU") if e not in default_gpu]
         where = f"the GPU ({', '.join(gpu_engines)})" if gpu_engines else "the GPU"
         return f"{gpu} operations will run on {where}, and the remaining {cpu} on the CPU{detail}"
 
@@ -208,7 +213,7 @@ class DelegationPlan:
     def engine_summary(self) -> str:
         """``"150 ops on OpenVINO, 3 on XLA in 3 partitions"``: what runs where on the CPU."""
         counts = self.ops_per_engine()
-        parts = ", ".join(f"{n} op{'s' if n != 1 else ''} on {ENGINE_TITLES[e]}" for e, n in counts.items())
+        parts = ", ".join(f"{n} op{'s' if n != 1 else ''} on {registry.title(e)}" for e, n in counts.items())
         return f"{parts} in {len(self.partitions)} partition{'s' if len(self.partitions) != 1 else ''}"
 
     def transfer_bytes(self) -> int:
@@ -351,29 +356,30 @@ def _cpu_targets(run: list[int], cpu_ok: dict[int, set[Target]], whole_reference
     return [(pick[r[0]], r) for r in _runs(run, pick.__getitem__)]
 
 
-def _with_edges(sg: Subgraph, parts: list[tuple[Accelerator, Target, list[int], tuple[UnsupportedOp, ...]]]
+def _with_edges(sg: Subgraph, parts: list[tuple[Accelerator, Target, list[int], tuple[UnsupportedOp, ...], str]]
                 ) -> list[Partition]:
+    """The partitions of ``parts`` (accelerator, target, ops, reasons, engine name: "" for the target's)."""
     producer_part: dict[int, int] = {}
-    for k, (_, _, ops, _) in enumerate(parts):
+    for k, (_, _, ops, _, _) in enumerate(parts):
         for i in ops:
             for t in sg.operators[i].outputs:
                 if t >= 0:
                     producer_part[t] = k
     read_by: dict[int, set[int]] = {}
-    for k, (_, _, ops, _) in enumerate(parts):
+    for k, (_, _, ops, _, _) in enumerate(parts):
         for i in ops:
             for t in sg.operators[i].inputs:
                 if t >= 0:
                     read_by.setdefault(t, set()).add(k)
     subgraph_inputs = set(sg.inputs)
     result = []
-    for k, (acc, target, ops, reasons) in enumerate(parts):
+    for k, (acc, target, ops, reasons, engine) in enumerate(parts):
         inputs = sorted({t for t in _reads(sg, ops)
                          if (t in subgraph_inputs or producer_part.get(t, k) != k) and sg.tensors[t].data is None
                          and not sg.tensors[t].is_variable})
         outputs = sorted({t for t, p in producer_part.items()
                           if p == k and (t in sg.outputs or any(c != k for c in read_by.get(t, ())))})
-        result.append(Partition(acc, target, sg.index, tuple(ops), reasons, tuple(inputs), tuple(outputs)))
+        result.append(Partition(acc, target, sg.index, tuple(ops), reasons, tuple(inputs), tuple(outputs), engine))
     return result
 
 
@@ -405,7 +411,7 @@ def _uses_variables(model: Model) -> bool:
 def _split(model: Model, flags: int, gpu_engine: object | None = None) -> DelegationPlan:
     """GPU where each op allows it, CPU for the rest; raises if an op runs nowhere."""
     support = _Support(model)
-    gpu_target = _gpu_target(gpu_engine)
+    gpu_target, gpu_name = _gpu_target(gpu_engine), _gpu_name(gpu_engine)
     partitions: list[Partition] = []
     refused: list[UnsupportedOp] = []
     nowhere: list[UnsupportedOp] = []
@@ -434,20 +440,25 @@ def _split(model: Model, flags: int, gpu_engine: object | None = None) -> Delega
         parts = []
         for run in _runs(_schedule(sg, order, side), side.__getitem__):
             if side[run[0]] == GPU:
-                parts.append((GPU, gpu_target, run, ()))
+                parts.append((GPU, gpu_target, run, (), gpu_name))
                 continue
             for target, ops in _cpu_targets(run, cpu_ok) if not nowhere else [(Target.REFERENCE, run)]:
-                parts.append((CPU, target, ops, tuple(why[i] for i in ops)))
+                parts.append((CPU, target, ops, tuple(why[i] for i in ops), ""))
         partitions.extend(_with_edges(sg, parts))
     if nowhere:
         raise UnsupportedOpError(_refusal_message(model, "CPU", nowhere))
     return DelegationPlan(flags, "GPU", gpu_target, tuple(partitions), tuple(refused), num_ops,
-                          boundaries=tuple(_boundaries(model, partitions)))
+                          boundaries=tuple(_boundaries(model, partitions)), engine=gpu_name)
 
 
 def _gpu_target(gpu_engine: object | None) -> Target:
     """The target of GPU partitions: XLA's, or the GPU engine's (``backends.iree``)."""
     return Target.XLA_GPU if gpu_engine is None else gpu_engine.target
+
+
+def _gpu_name(gpu_engine: object | None) -> str:
+    """The registered name of the GPU partitions' engine ("": XLA's, named by its target)."""
+    return "" if gpu_engine is None else gpu_engine.name
 
 
 def _gpu_refusals(model: Model, gpu_engine: object | None) -> list[UnsupportedOp]:
@@ -463,12 +474,12 @@ def _gpu_refusals(model: Model, gpu_engine: object | None) -> list[UnsupportedOp
     return found
 
 
-def _whole_model(model: Model, accelerator: Accelerator, target: Target) -> tuple[Partition, ...]:
+def _whole_model(model: Model, accelerator: Accelerator, target: Target, engine: str = "") -> tuple[Partition, ...]:
     parts = []
     for index in entry_subgraphs(model):
         sg = model.subgraphs[index]
         ops = tuple(execution_order(sg, model.source))
-        parts.append(Partition(accelerator, target, index, ops, (), tuple(sg.inputs), tuple(sg.outputs)))
+        parts.append(Partition(accelerator, target, index, ops, (), tuple(sg.inputs), tuple(sg.outputs), engine))
     return tuple(parts)
 
 
@@ -510,7 +521,7 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     (``_litert_is_faster``).  ``engines`` passes the engine objects to use by name (holding the model's
     compile cache; ``backends.registry.fast_cpu_engines``); None: OpenVINO if installed, not the official
     interpreter (planning then times nothing).  ``gpu_engine``: the engine of the GPU partitions when it is
-    not XLA (``backends.iree.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
+    not XLA (``backends.iree.engine.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
 
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
@@ -531,11 +542,11 @@ def _decide(model: Model, accelerators: int, *, warn: bool, cpu_kernels: str, en
                                           "(HardwareAccelerator.NPU | HardwareAccelerator.CPU falls back to CPU)")
     notes: list[str] = []
     if flags & GPU:
-        gpu_target = _gpu_target(gpu_engine)
+        gpu_target, gpu_name = _gpu_target(gpu_engine), _gpu_name(gpu_engine)
         gpu_refused = _gpu_refusals(model, gpu_engine)
         if not gpu_refused:
-            return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target),
-                                  num_ops=_count(model))
+            return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target, gpu_name),
+                                  num_ops=_count(model), engine=gpu_name)
         if not flags & CPU:
             raise UnsupportedOpError(_refusal_message(model, "GPU", gpu_refused)
                                      + "\nadd HardwareAccelerator.CPU to run the model on the CPU instead")
@@ -545,14 +556,14 @@ def _decide(model: Model, accelerators: int, *, warn: bool, cpu_kernels: str, en
                 if warn:
                     warn_fallbacks(split, stacklevel=stacklevel)
                 return split
-            return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target),
-                                  num_ops=split.num_ops)
+            return DelegationPlan(flags, "GPU", gpu_target, _whole_model(model, GPU, gpu_target, gpu_name),
+                                  num_ops=split.num_ops, engine=gpu_name)
         notes.append(f"{_refusal_message(model, 'GPU', gpu_refused)}\nthe model has resource variables, so it is "
                      "kept whole on the CPU rather than split between GPU and CPU")
     whole = _cpu_plan(model, flags, cpu_kernels, engines)
     result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
                             tuple(_gpu_refusals(model, gpu_engine)) if flags & GPU else (), whole.num_ops,
-                            tuple(notes) + whole.notes, numerics=_numerics(model, whole.partitions))
+                            tuple(notes) + whole.notes, numerics=_numerics(model, whole.partitions), engine=whole.engine)
     if warn:
         for note in result.notes:
             _warn(note, stacklevel=stacklevel)
@@ -592,7 +603,7 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
         if lowered is not model:
             twin = lowered_engines() if lowered_engines is not None else engines
             candidate = plan(lowered, flags, warn=False, cpu_kernels=cpu_kernels, engines=twin)
-            if {p.target for p in candidate.partitions} & {Target.OPENVINO, Target.LITERT} \
+            if any(_on_fast_engine(p) for p in candidate.partitions) \
                     and _lowered_is_faster(model, candidate, lowered, twin, engines):
                 logger.info("%s: circle-only ops lowered to TFLite builtin ops: %s", model.source,
                             candidate.engine_summary())
@@ -607,6 +618,11 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
                              gpu_engine=gpu_engine, stacklevel=3), model, engines)
 
 
+def _on_fast_engine(p: Partition) -> bool:
+    """Whether a fast CPU engine runs ``p`` (``CpuOptions.engines``'s candidates: not XLA or numpy)."""
+    return p.engine in registry.named(fast_cpu=True)
+
+
 def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, engines: dict,
                        original_engines: dict) -> bool:
     """Whether the lowered model on the fast engines (``candidate``) runs faster than XLA runs the original
@@ -616,11 +632,10 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
     (BENCHMARKS.md); nor is a bigger model, for the same reason.  A tiny model is where the answer varies:
     XNNPACK's call costs about 4 us where XLA's costs 40, but a small decoder of 124 builtin ops ran 0.087 ms
     on XNNPACK (2 threads) against 0.068 on XLA (BENCHMARKS.md, circle models)."""
-    from ..backends.engine import fastest, sample_inputs
-    from ..backends.registry import engine as engine_named
+    from ..backends.timing import fastest, sample_inputs
     from ..errors import LiteGpuError
 
-    if any(p.target not in (Target.OPENVINO, Target.LITERT) for p in candidate.partitions) \
+    if not all(_on_fast_engine(p) for p in candidate.partitions) \
             or model_macs(lowered) > LITERT_MEASURE_MAX_MACS:
         return True
     fast = []
@@ -634,14 +649,15 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
             return False
     # XLA's program for the original, in the original's compile cache entries: a warm start does not compile it
     reference = next(iter(original_engines.values()))
-    xla, settings = engine_named("xla"), reference.settings
+    exact_kernels = registry.name_of(Target.XLA_CPU)
+    xla, settings = registry.engine(exact_kernels), reference.settings
     exact = []
     for p in _whole_model(model, CPU, Target.XLA_CPU):
         exact.append((xla.compile(model, p.op_range(), settings, getattr(reference, "cache", None),
                                   getattr(reference, "cache_key", None)), sample_inputs(model, p.op_range())))
     # Blocks of calls: one call each in turn times a multi-threaded XNNPACK waking its idle threads after every XLA
     # call (a 0.006 ms model timed at 0.033 ms), not the back-to-back calls a model serves.
-    winner, medians = fastest({"lowered": fast * TIMED_BLOCK_CALLS, "xla": exact * TIMED_BLOCK_CALLS})
+    winner, medians = fastest({"lowered": fast * TIMED_BLOCK_CALLS, exact_kernels: exact * TIMED_BLOCK_CALLS})
     logger.info("%s: circle-only ops lowered (%s) against XLA: %s", model.source, candidate.engine_summary(),
                 ", ".join(f"{n} {t / TIMED_BLOCK_CALLS * 1e3:.4f} ms" for n, t in medians.items()))
     return winner == "lowered"
@@ -657,46 +673,48 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     if cpu_kernels != "fast":
         return _exact_cpu_plan(model, flags)
     # engines given are the ones to use (CpuOptions.engines); without any, OpenVINO where it is installed
-    openvino = engines.get("openvino") if engines is not None else _installed_openvino()
-    litert = (engines or {}).get("litert")
+    # the candidates by role (``backends.registry``): one that takes the ops it converts, one that takes whole models
+    ops_engine = registry.fast_cpu_role(engines, "ops") if engines is not None else _installed_ops_engine()
+    whole_engine = registry.fast_cpu_role(engines or {}, "whole")
     # what is known without timing (compile.choices): a verdict kept by an earlier start, the op mix, the size
-    known = known_whole_choice(model, litert, openvino) if litert is not None and openvino is not None else None
-    if known is not None and known[0] == "litert" and litert.model_refusal(model) is None:
+    known = known_whole_choice(model, whole_engine, ops_engine) if whole_engine is not None and ops_engine is not None else None
+    if known is not None and known[0] == whole_engine.name and whole_engine.model_refusal(model) is None:
         logger.info("%s: the official interpreter runs it whole: %s", model.source, known[1])
-        return _litert_whole(model, flags, litert, openvino, remember=known[1] == SAME_OPS)
+        return _litert_whole(model, flags, whole_engine, ops_engine, remember=known[1] == SAME_OPS)
 
     def takes_whole() -> bool:
         """Whether the official interpreter loads the model, asked where it matters (it loads the model to answer,
         and packs its weights): a verdict for OpenVINO was reached where it did, and is not asked again."""
-        return litert is not None and ((known is not None and known[0] != "litert")
-                                       or litert.model_refusal(model) is None)
+        return whole_engine is not None and ((known is not None and known[0] != whole_engine.name)
+                                       or whole_engine.model_refusal(model) is None)
 
-    if openvino is None and takes_whole():
-        return _litert_plan(model, flags)  # no other fast engine: XLA's exact kernels would only be slower
-    if openvino is not None and not openvino.available():  # installed (fast_cpu_engines), but cannot start here
+    if ops_engine is None and takes_whole():
+        return _litert_plan(model, flags, whole_engine)  # no other fast engine: XLA's exact kernels would only be slower
+    if ops_engine is not None and not ops_engine.available():  # installed (fast_cpu_engines), but cannot start here
         logger.info("OpenVINO is installed but cannot run here: the fast CPU path goes without it")
-        openvino = None
+        ops_engine = None
     try:
-        chosen = _fast_cpu_plan(model, flags, openvino) or _exact_cpu_plan(model, flags)
+        chosen = _fast_cpu_plan(model, flags, ops_engine) or _exact_cpu_plan(model, flags)
     except UnsupportedOpError:
         if not takes_whole():
             raise
-        return _litert_whole(model, flags, litert, openvino)  # ops litegpu lacks, which the interpreter has
-    if litert is None:
+        return _litert_whole(model, flags, whole_engine, ops_engine)  # ops litegpu lacks, which the interpreter has
+    if whole_engine is None:
         return chosen
-    if _litert_is_faster(model, chosen, litert, openvino, known) and takes_whole():
-        return _litert_whole(model, flags, litert, openvino)
-    litert.forget(model)  # the interpreter made to time it
-    if chosen.is_split and openvino is not None and litert.settings_refusal(model) is None:
-        mixed = _litert_partitions(model, chosen, litert, openvino)
-        if Target.OPENVINO not in {p.target for p in mixed.partitions} and takes_whole():
+    if _litert_is_faster(model, chosen, whole_engine, ops_engine, known) and takes_whole():
+        return _litert_whole(model, flags, whole_engine, ops_engine)
+    whole_engine.forget(model)  # the interpreter made to time it
+    if chosen.is_split and ops_engine is not None and whole_engine.settings_refusal(model) is None:
+        mixed = _litert_partitions(model, chosen, whole_engine, ops_engine)
+        if ops_engine.name not in {p.engine for p in mixed.partitions} and takes_whole():
             # OpenVINO kept nothing: the ops it refused run on the interpreter's own kernels too, instead of
             # XLA partitions with a boundary each side (selfie segmentation: 0.81 -> 1.0x XNNPACK)
             for p in mixed.partitions:
-                litert.forget(model, p.op_range())
-            openvino.forget(model)
-            litert.remember_choice(model, WHOLE, openvino, "litert")  # a warm start plans it without OpenVINO
-            return _litert_plan(model, flags)
+                whole_engine.forget(model, p.op_range())
+            ops_engine.forget(model)
+            # a warm start plans it without OpenVINO
+            whole_engine.remember_choice(model, WHOLE, ops_engine, whole_engine.name)
+            return _litert_plan(model, flags, whole_engine)
         return mixed
     return chosen
 
@@ -713,14 +731,14 @@ def _numerics(model: Model, partitions: Iterable[Partition]) -> str | None:
 
     hybrid, integer = set(), set()
     for p in partitions:
-        if p.engine not in ("litert", "openvino"):
+        if not _on_fast_engine(p):
             continue
         sg = model.subgraphs[p.subgraph_index]
         for i in p.op_indices:
             op = sg.operators[i]
             if integer_arithmetic(sg, op) and op.opcode_name not in _SAME_IN_EVERY_ENGINE:
                 out = sg.tensors[op.outputs[0]] if op.outputs and op.outputs[0] >= 0 else None
-                (hybrid if out is not None and out.dtype == "float32" else integer).add(ENGINE_TITLES[p.engine])
+                (hybrid if out is not None and out.dtype == "float32" else integer).add(registry.title(p.engine))
     if not hybrid and not integer:
         return None
     said = []
@@ -752,24 +770,27 @@ def _exact_cpu_plan(model: Model, flags: int) -> DelegationPlan:
                           notes=tuple(notes))
 
 
-def _litert_whole(model: Model, flags: int, litert: object, openvino: object | None, remember: bool = True
+def _litert_whole(model: Model, flags: int, whole_engine: object, ops_engine: object | None, remember: bool = True
                   ) -> DelegationPlan:
     """The whole model on the official interpreter, decided by timing or without it (XLA alone would run it
     slower, or lacks an op): the verdict is kept in the compile cache (``remember``: unless it was read from there
     or a rule gave it, ``compile.choices``), so that a warm start plans the model without loading OpenVINO and
     without asking which ops XLA supports."""
-    if openvino is not None:
-        openvino.forget(model)  # the partitions compiled to plan and time it
+    if ops_engine is not None:
+        ops_engine.forget(model)  # the partitions compiled to plan and time it
         if remember:
-            litert.remember_choice(model, WHOLE, openvino, "litert")
-    return _litert_plan(model, flags)
+            whole_engine.remember_choice(model, WHOLE, ops_engine, whole_engine.name)
+    return _litert_plan(model, flags, whole_engine)
 
 
-def _litert_plan(model: Model, flags: int) -> DelegationPlan:
-    return DelegationPlan(flags, "CPU", Target.LITERT, _whole_model(model, CPU, Target.LITERT), num_ops=_count(model))
+def _litert_plan(model: Model, flags: int, whole_engine: Any) -> DelegationPlan:
+    """The whole model on ``whole_engine`` (the official interpreter)."""
+    target, name = whole_engine.target, whole_engine.name
+    return DelegationPlan(flags, "CPU", target, _whole_model(model, CPU, target, name), num_ops=_count(model),
+                          engine=name)
 
 
-def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, openvino: object | None,
+def _litert_is_faster(model: Model, chosen: DelegationPlan, whole_engine: object, ops_engine: object | None,
                       known: tuple[str, str] | None = None) -> bool:
     """Whether the official interpreter (XNNPACK) should run the whole model instead of ``chosen``.
 
@@ -783,36 +804,37 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, litert: object, open
       (BENCHMARKS.md: OpenVINO wins on big CNNs, XNNPACK on small mobile CNNs, and on transformers on one
       machine but not the other); OpenVINO ran faster on every bigger model.
     """
-    targets = {p.target for p in chosen.partitions}
-    if Target.OPENVINO not in targets:
+    used = {p.engine for p in chosen.partitions}
+    if ops_engine is None or ops_engine.name not in used:
         return True
-    if targets != {Target.OPENVINO} or openvino is None:
+    if used != {ops_engine.name}:
         return False
     if known is not None:
         if known[1] == SAME_OPS:  # this model's own from now on
-            litert.remember_choice(model, WHOLE, openvino, known[0])
-        return known[0] == "litert"
+            whole_engine.remember_choice(model, WHOLE, ops_engine, known[0])
+        return known[0] == whole_engine.name
     if model_macs(model) > LITERT_MEASURE_MAX_MACS:
         return False
-    winner = litert.faster_than(model, [p.op_range() for p in chosen.partitions], openvino, WHOLE)
-    remember_timed(model, litert, openvino, winner)
-    return winner == "litert"
+    winner = whole_engine.faster_than(model, [p.op_range() for p in chosen.partitions], ops_engine, WHOLE)
+    remember_timed(model, whole_engine, ops_engine, winner)
+    return winner == whole_engine.name
 
 
-def _litert_partitions(model: Model, chosen: DelegationPlan, litert: object, openvino: object) -> DelegationPlan:
+def _litert_partitions(model: Model, chosen: DelegationPlan, whole_engine: object, ops_engine: object) -> DelegationPlan:
     """A model split between OpenVINO and XLA: each OpenVINO partition timed against the official interpreter
     running the same ops as a sub-model, and given to the faster."""
     partitions = []
     for p in chosen.partitions:
-        if p.target is Target.OPENVINO \
+        if p.engine == ops_engine.name \
                 and ops_macs(model.subgraphs[p.subgraph_index], p.op_indices) <= LITERT_MEASURE_MAX_MACS \
-                and litert.faster_than(model, [p.op_range()], openvino, str(p.op_range())) == "litert":
-            p = replace(p, target=Target.LITERT)
+                and whole_engine.faster_than(model, [p.op_range()], ops_engine, str(p.op_range())) == whole_engine.name:
+            p = replace(p, target=whole_engine.target, engine=whole_engine.name)
         partitions.append(p)
-    targets = {p.target for p in partitions}
+    used = {p.engine for p in partitions}
     # the plan's target is its main engine (as in _fast_cpu_plan): OpenVINO while it keeps a partition
-    main = next((t for t in (Target.OPENVINO, Target.LITERT) if t in targets), chosen.target)
-    return replace(chosen, target=main, partitions=tuple(partitions))
+    main = next((e for e in (ops_engine, whole_engine) if e.name in used), None)
+    return replace(chosen, partitions=tuple(partitions)) if main is None else \
+        replace(chosen, target=main.target, engine=main.name, partitions=tuple(partitions))
 
 
 # ---- CPU engines ----------------------------------------------------------------------------
@@ -835,23 +857,27 @@ MIN_OPENVINO_RUN_MACS = 20_000_000
 # Partitions OpenVINO converts but cannot compile are given back to XLA; after this many rounds the
 # model runs on XLA alone.
 MAX_PLAN_ROUNDS = 4
+# The two sides of a fast CPU plan's ops: the engine that converts ops itself (OpenVINO), and litegpu's kernels
+CONVERTER, KERNELS = "converter", "kernels"
 
 
-def _installed_openvino() -> object | None:
-    from ..backends.registry import engine
-
-    candidate = engine("openvino")
-    if candidate.available():
-        return candidate
-    logger.info("OpenVINO is not available: the CPU runs XLA only (pip install openvino)")
+def _installed_ops_engine() -> object | None:
+    """Without engines given: the first fast CPU engine that takes the ops it converts (OpenVINO) and runs here."""
+    for name in registry.named(fast_cpu=True):
+        if registry.info(name).fast_cpu == "ops":
+            candidate = registry.engine(name)
+            if candidate.available():
+                return candidate
+            logger.info("%s is not available: the CPU runs XLA only (%s)", registry.title(name),
+                        registry.info(name).install)
     return None
 
 
-def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> DelegationPlan | None:
+def _fast_cpu_plan(model: Model, flags: int, ops_engine: object | None) -> DelegationPlan | None:
     """OpenVINO for the ops it converts (and compiles), XLA (or numpy) for the rest; None when one engine
     takes the whole model (or OpenVINO is not given, or the model has resource variables: their state
     lives in one engine)."""
-    if _uses_variables(model) or openvino is None:
+    if _uses_variables(model) or ops_engine is None:
         return None
     support = _Support(model)
     partitions: list[Partition] = []
@@ -860,51 +886,53 @@ def _fast_cpu_plan(model: Model, flags: int, openvino: object | None) -> Delegat
         sg = model.subgraphs[index]
         order = execution_order(sg, model.source)
         num_ops += len(order)
-        why = dict(openvino.unsupported(model, index, order))  # op -> why it is not on OpenVINO (node data)
-        side = {i: "xla" if i in why else "openvino" for i in order}
+        why = dict(ops_engine.unsupported(model, index, order))  # op -> why it is not on OpenVINO (node data)
+        side = {i: KERNELS if i in why else CONVERTER for i in order}
         _weights_follow_their_users(sg, order, side)
         for _ in range(MAX_PLAN_ROUNDS):
             _keep_worthwhile_openvino_runs(sg, order, side, why)
-            parts = _engine_parts(model, sg, order, side, support, why)
-            failed = {p: error for p in _with_edges(sg, parts) if p.target is Target.OPENVINO
-                      and (error := openvino.compile_error(model, p.op_range())) is not None}
+            parts = _engine_parts(model, sg, order, side, support, why, ops_engine)
+            failed = {p: error for p in _with_edges(sg, parts) if p.engine == ops_engine.name
+                      and (error := ops_engine.compile_error(model, p.op_range())) is not None}
             if not failed:
                 break
             for p, error in failed.items():
-                side.update({i: "xla" for i in p.op_indices})
+                side.update({i: KERNELS for i in p.op_indices})
                 why.update({i: f"OpenVINO could not compile its partition: {error}" for i in p.op_indices})
         else:
-            side = {i: "xla" for i in order}
+            side = {i: KERNELS for i in order}
             why = {i: why.get(i, f"OpenVINO failed to compile {MAX_PLAN_ROUNDS} times") for i in order}
-            parts = _engine_parts(model, sg, order, side, support, why)
+            parts = _engine_parts(model, sg, order, side, support, why, ops_engine)
         partitions.extend(_with_edges(sg, parts))
-    targets = {p.target for p in partitions}
+    kernels = [p for p in partitions if p.engine != ops_engine.name]  # litegpu's own: XLA's and numpy's
+    targets = {p.target for p in kernels}
     notes = ()
     if Target.REFERENCE in targets:
         refused = [u for u in _refusals(model, Target.XLA_CPU)
                    if any(p.target is Target.REFERENCE and p.subgraph_index == u.subgraph
-                          and u.op_index in p.op_indices for p in partitions)]
+                          and u.op_index in p.op_indices for p in kernels)]
         notes = (_refusal_message(model, "XLA CPU backend", refused)
                  + "\nthose ops run on the numpy reference backend (slow)",)
-    if Target.OPENVINO in targets:
-        main = Target.OPENVINO
+    main_engine = ""
+    if ops_engine.name in {p.engine for p in partitions}:
+        main, main_engine = ops_engine.target, ops_engine.name
     elif targets == {Target.XLA_CPU, Target.REFERENCE}:
         main = Target.XLA_CPU  # only the ops XLA refuses run in numpy, not the whole model
     else:
         return None  # one engine takes it all: the whole-model plan
     # The plan's target is its main engine; ``partitions`` say which ops the others run.
     return DelegationPlan(flags, "CPU", main, tuple(partitions), num_ops=num_ops, notes=notes,
-                          boundaries=tuple(_boundaries(model, partitions)))
+                          boundaries=tuple(_boundaries(model, partitions)), engine=main_engine)
 
 
 def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict[int, str], support: _Support,
-                  why: dict[int, str]) -> list[tuple[Accelerator, Target, list[int], tuple]]:
+                  why: dict[int, str], ops_engine: Any) -> list[tuple[Accelerator, Target, list[int], tuple, str]]:
     """The runs of ``side`` as partitions; those off OpenVINO say why for each op (``why``; XLA's refusal too
     for numpy's)."""
-    parts: list[tuple[Accelerator, Target, list[int], tuple]] = []
+    parts: list[tuple[Accelerator, Target, list[int], tuple, str]] = []
     for run in _runs(_schedule(sg, order, side), side.__getitem__):
-        if side[run[0]] == "openvino":
-            parts.append((CPU, Target.OPENVINO, run, ()))
+        if side[run[0]] == CONVERTER:
+            parts.append((CPU, ops_engine.target, run, (), ops_engine.name))
             continue
         cpu_ok = {i: {t for t in (Target.XLA_CPU, Target.REFERENCE)
                       if support.op_reason(sg, sg.operators[i], t) is None} for i in run}
@@ -920,7 +948,7 @@ def _engine_parts(model: Model, sg: Subgraph, order: tuple[int, ...], side: dict
                             f"{support.op_reason(sg, sg.operators[i], Target.XLA_CPU)}"
                        for i in ops]
             parts.append((CPU, target, ops, tuple(UnsupportedOp(sg.index, i, sg.operators[i].opcode_name, r)
-                                                  for i, r in zip(ops, reasons))))
+                                                  for i, r in zip(ops, reasons)), ""))
     return parts
 
 
@@ -946,11 +974,11 @@ def _weights_follow_their_users(sg: Subgraph, order: tuple[int, ...], side: dict
 def _keep_worthwhile_openvino_runs(sg: Subgraph, order: tuple[int, ...], side: dict[int, str],
                                    why: dict[int, str]) -> None:
     """Give back to XLA the OpenVINO runs too small to pay for their partition edges."""
-    if all(v == "openvino" for v in side.values()):
+    if all(v == CONVERTER for v in side.values()):
         return
     for run in _runs(_schedule(sg, order, side), side.__getitem__):
-        if side[run[0]] == "openvino" and (macs := ops_macs(sg, run)) < MIN_OPENVINO_RUN_MACS:
+        if side[run[0]] == CONVERTER and (macs := ops_macs(sg, run)) < MIN_OPENVINO_RUN_MACS:
             for i in run:
-                side[i] = "xla"
+                side[i] = KERNELS
                 why[i] = (f"OpenVINO would run it in a run of {len(run)} op(s) with {macs:,} multiply-accumulates: "
                           f"too little work to pay for a partition of its own (under {MIN_OPENVINO_RUN_MACS:,})")

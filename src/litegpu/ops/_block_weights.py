@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 
 BLOCK = 32  # elements per ggml block (QK4_0 = QK4_1 = QK8_0 = QK8_1)
 

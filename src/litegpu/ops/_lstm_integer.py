@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 
 # Input positions of the (UNIDIRECTIONAL_SEQUENCE_)LSTM schema.
 INPUT_WEIGHTS = {"input": 1, "forget": 2, "cell": 3, "output": 4}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import computed_once, rounded_apart
+from ._common import computed_once, rounded_apart
 from .reduce import _rounded
 
 PACKET = 4  # SSE: float32 packets of 4

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from ..ir import numpy_dtype
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 
 QUANTIZED_8BIT = ("int8", "uint8")
 

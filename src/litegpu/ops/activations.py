@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _official_math as official_math
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from .binary import broadcast_shape
 from .registry import Op, OpContext, register
 

@@ -26,9 +26,9 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from ._quantized import QUANTIZED_8BIT
-from .common import fused_activation
+from ._common import fused_activation
 from .registry import Op, OpContext, register
 
 FLOAT_AND_INT = ("float32", "float16", "int32", "int64")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from .binary import broadcast_shape, check_same_dtype
 from .registry import Op, OpContext, register
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as q
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from ._official_math import IN_ORDER_MAX_MACS, sum_in_depth_order
-from .common import computed_once, conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
+from ._common import computed_once, conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
 from .registry import Op, OpContext, Target, register
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
-from . import fixedpoint as fp
-from .common import float32_steps
+from . import _fixedpoint as fp
+from ._common import float32_steps
 from .registry import Op, OpContext, register
 from .shape import (
     ANY_DTYPE,

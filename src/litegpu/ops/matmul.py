@@ -35,7 +35,7 @@ from ..ir import Options, Quantization
 from . import _block_weights as bw
 from ._official_math import in_order_affordable, sum_in_depth_order
 from . import _quantized as q
-from .common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, rounded_apart,
+from ._common import (applied_activation, computed_once, constant_tensor, fused_activation, opaque_zero, rounded_apart,
                      stored_weight, tie_to, unpack_sub_byte)
 from .registry import Op, OpContext, Target, register
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from .registry import Op, OpContext, register
 
 L2_NORM_EPSILON = 1e-6

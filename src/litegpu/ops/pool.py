@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _quantized as qz
-from .common import explicit_padding, fused_activation
+from ._common import explicit_padding, fused_activation
 from .registry import Op, OpContext, register
 
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from ..ir import Operator, Subgraph, numpy_dtype
-from .common import apart_for_iree
-from .fixedpoint import (divide_f32_exactly, float_to_int32_like_x86, multiply_by_quantized_multiplier, quantize_multiplier,
+from ._common import apart_for_iree
+from ._fixedpoint import (divide_f32_exactly, float_to_int32_like_x86, multiply_by_quantized_multiplier, quantize_multiplier,
                          round_half_away_from_zero, wrap_int32)
 from ._quantized import ruy_multiply_by_quantized_multiplier
 from .registry import Op, OpContext, Target, register

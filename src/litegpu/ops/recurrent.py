@@ -27,9 +27,9 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _lstm_integer as integer_lstm
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from ._quantized import quantize_rows as _quantize_rows
-from .common import applied_activation
+from ._common import applied_activation
 from .matmul import _integer_dot
 from .registry import Op, OpContext, register
 

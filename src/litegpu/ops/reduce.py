@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelExecutionError
-from . import fixedpoint as fp
-from .common import rounded_apart
+from . import _fixedpoint as fp
+from ._common import rounded_apart
 from .registry import Op, OpContext, register
 from .shape import normalize_axis, output_dtype, static_ints
 

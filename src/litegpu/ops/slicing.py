@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError, UnsupportedOpError
 from . import _block_weights as bw
-from .common import constant_tensor
+from ._common import constant_tensor
 from .registry import Op, OpContext, register
 from .shape import ANY_DTYPE, normalize_axis, static_ints
 

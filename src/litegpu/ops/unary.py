@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _official_math as official_math
 from . import _quantized as qz
-from . import fixedpoint as fp
+from . import _fixedpoint as fp
 from .registry import Op, OpContext, register
 
 FLOATS = ("float32", "float16")

@@ -49,7 +49,7 @@ def batching_refusal(model: Model, subgraph: int) -> str | None:
     """Why ``subgraph`` (and what it calls) cannot be vmapped, naming the first op; None when it can."""
     from ..compile.plan import called_subgraphs
     from ..ops import lookup
-    from ..ops.python_ops import PythonCustomOp
+    from ..ops.custom.python_ops import PythonCustomOp
 
     seen: set[int] = set()
     pending = [subgraph]
@@ -80,7 +80,7 @@ def resolve_devices(devices: Any, platform: str) -> list[Any] | None:
     """The JAX devices named by ``devices`` ("all", a count, indices or devices); None for one device."""
     if devices is None:
         return None
-    from ..backends.xla import jax_module
+    from ..backends.xla.device import jax_module
 
     available = jax_module().devices(platform)
     if isinstance(devices, str):
@@ -142,7 +142,8 @@ class BatchedModel:
             if refusal is not None:
                 raise BatchingError(f"{self._compiled.model.source}: signature {signature.key!r} cannot be batched: "
                                     f"{refusal}")
-            from ..backends.xla import XlaBackend, XlaState
+            from ..backends.xla.backend import XlaBackend
+            from ..backends.xla.state import XlaState
 
             compiled = self._compiled
             state = XlaState(compiled._xla_model, compiled.environment.device(compiled._platform),
@@ -215,7 +216,7 @@ class BatchedModel:
     def _as_examples(name: str, t: Any, value: Any) -> tuple[Any, int]:
         """``value`` as [N, *example_shape] (a leading 1 of the example shape is the example axis); JAX arrays
         stay where they are."""
-        from ..backends.xla import is_device_array
+        from ..backends.xla.device import is_device_array
 
         array = value if is_device_array(value) else np.asarray(value)
         dtype = np.dtype(numpy_dtype(t.dtype))

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
+from ..backends import registry
 from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, DelegationPlan, plan_model
 from ..compile.choices import obvious_by_size
 from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
@@ -276,7 +277,7 @@ class CompiledModel:
                              cpu_kernels=self._cpu_kernels(wanted), engines=self._cpu_engines,
                              gpu_engine=self._gpu_engine,
                              lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
-        if self._gpu_engine is not None and planned.plan.target is not Target.IREE:
+        if self._gpu_engine is not None and planned.plan.engine != self._gpu_engine.name:
             # kept on the CPU after all (refused ops in a model with variables): the CPU's exact kernels, not the
             # GPU's float view, which the plan was made on
             self._gpu_engine = None
@@ -292,25 +293,28 @@ class CompiledModel:
             notes = "".join(f"; {n}" for n in chosen.notes)
             warnings.warn(f"{self._ir.source}: {'; '.join(reasons)}: the model runs on the CPU{notes}", stacklevel=4)
         # the file's ops are what node data names (``DelegationPlan.node_data``)
-        return ("gpu" if chosen.target in (Target.XLA_GPU, Target.IREE) else "cpu"), \
+        return ("gpu" if chosen.accelerator == "GPU" else "cpu"), \
             dataclasses.replace(chosen, file_model=self._ir)
 
     def _find_gpu_engine(self) -> tuple[Any, str | None]:
-        """(the GPU's engine: None for XLA, else an ``IreeEngine``; why there is no GPU, or None).  XLA where JAX
-        sees a GPU (CUDA, ROCm), IREE where only a Vulkan or Metal GPU is present; ``GpuOptions.engine`` names one
-        (IREE by name may take a software Vulkan device)."""
+        """(the GPU's engine: None for XLA, else an engine of the registry's, such as IREE's; why there is no GPU,
+        or None).  XLA where JAX sees a GPU (CUDA, ROCm), else the next registered GPU engine that has a device
+        here (IREE: a Vulkan or Metal GPU); ``GpuOptions.engine`` names one (one named may take a software
+        device, as IREE takes a software Vulkan device)."""
         asked = self._options.gpu_options.engine
         jax_gpu = "gpu" in self._environment.platforms()
-        if asked == "xla" or (asked is None and jax_gpu):
+        xla, *others = registry.named(device="GPU")  # XLA first: the GPU JAX sees
+        if asked == xla or (asked is None and jax_gpu):
             return None, None if jax_gpu else "JAX sees no GPU on this machine"
-        from ..backends.iree import IreeEngine, no_device_reason
-
-        engine = IreeEngine(self._gpu_engine_settings(), allow_software=asked == "iree", cache=self._cache,
-                            cache_key=self._cache_key)
-        if engine.available():
-            return engine, None
-        why = f"IREE has no GPU to run on ({no_device_reason(engine.allow_software)})"
-        return None, why if asked == "iree" else f"JAX sees no GPU on this machine and {why}"
+        why = "JAX sees no GPU on this machine"
+        for name in [asked] if asked is not None else others:
+            engine = registry.engine(name, self._gpu_engine_settings(), allow_software=asked == name,
+                                     cache=self._cache, cache_key=self._cache_key)
+            if engine.available():
+                return engine, None
+            missing = f"{registry.title(name)} has no GPU to run on ({engine.unavailable_reason()})"
+            why = missing if asked is not None else f"{why} and {missing}"
+        return None, why
 
     def _gpu_engine_settings(self) -> Any:
         from ..backends.engine import EngineSettings
@@ -342,9 +346,10 @@ class CompiledModel:
         from .batched import resolve_devices
 
         devices = resolve_devices(self._options.devices, self._platform)
-        if devices is not None and len(devices) > 1 and self._plan.target is Target.OPENVINO:
-            raise InvalidArgumentError(f"{self._ir.source}: devices={self._options.devices!r}: OpenVINO runs on one "
-                                       "CPU; use CpuOptions(kernel_mode=CpuKernelMode.BUILTIN) to split the weights "
+        if devices is not None and len(devices) > 1 and not registry.info(self._plan.engine).runtime_owned:
+            raise InvalidArgumentError(f"{self._ir.source}: devices={self._options.devices!r}: "
+                                       f"{registry.title(self._plan.engine)} runs on one CPU; use "
+                                       "CpuOptions(kernel_mode=CpuKernelMode.BUILTIN) to split the weights "
                                        "over several devices with XLA")
         return devices if devices is not None and len(devices) > 1 else None
 
@@ -353,7 +358,7 @@ class CompiledModel:
         if self._platform != "gpu":
             return None
         from ..backends.sharding import devices_for_weights, estimate
-        from ..backends.xla import jax_module
+        from ..backends.xla.device import jax_module
 
         try:
             gpus = jax_module().devices("gpu")
@@ -649,24 +654,16 @@ class CompiledModel:
             from ..backends import fidelity
 
             allowed = self._options.cpu_options.engines
-            if (self._options.cpu_options.kernels != "fast" or (allowed is not None and "openvino" not in allowed)
-                    or not fidelity.dynamic_range_only(self._ir)):
+            if self._options.cpu_options.kernels != "fast" or (allowed is not None
+                                                                and fidelity.HYBRID_ENGINE not in allowed):
                 self._hybrid = fidelity.HybridVerdict(False, "not a dynamic-range model on the fast path")
-            elif obvious_by_size(self._ir):  # the official interpreter runs it untimed (compile.choices)
-                self._hybrid = fidelity.HybridVerdict(False, "not measured: a small model, which the official "
-                                                             "interpreter runs without timing")
-            else:
-                from ..backends.openvino import OpenVinoEngine
-
-                if not OpenVinoEngine().installed():
-                    self._hybrid = fidelity.HybridVerdict(False, "OpenVINO is not installed")
-                else:
-                    self._hybrid = fidelity.openvino_verdict(self._ir, self._ir.tflite_file, settings, self._cache,
-                                                             self._cache_key)
+            else:  # a small model: the official interpreter runs it untimed (compile.choices)
+                self._hybrid = fidelity.fast_path_verdict(self._ir, lambda: obvious_by_size(self._ir), settings,
+                                                          self._cache, self._cache_key)
         return self._hybrid
 
     def _make_backend(self, subgraph: int) -> Any:
-        if self._plan.is_split or self._plan.target in (Target.OPENVINO, Target.LITERT, Target.IREE):
+        if self._plan.is_split or not registry.info(self._plan.engine).runtime_owned:
             return self._partitioned().signature(subgraph)
         if self._plan.target is Target.REFERENCE:
             if self._reference is None:
@@ -674,7 +671,8 @@ class CompiledModel:
 
                 self._reference = ReferenceBackend(self._ir)
             return _ReferenceSignature(self._reference, subgraph)
-        from ..backends.xla import XlaBackend, XlaState
+        from ..backends.xla.backend import XlaBackend
+        from ..backends.xla.state import XlaState
 
         precision = self._options.precision
         model = self._xla_model

@@ -13,7 +13,7 @@ a stop token (included), at ``max_new_tokens``, or when cancelled.  The model's 
 prefill without logits, ``input_pos`` per token, a mask input, either cache layout).
 
 Where one XLA program runs the decode signature (a model wholly on the GPU, or on XLA CPU), every step is one
-launch for all sequences (``backends.xla_batched_decode``): the decode step vmapped over sequences, the weights
+launch for all sequences (``backends.xla.batched_decode``): the decode step vmapped over sequences, the weights
 read once per step for all of them, the KV caches stacked on the device with one slot per sequence, each at its
 own position with its own sampling.  Slot counts compile to a few sizes (1, 2, 4, ... up to
 ``max_sequences``); the tokens stay on the device from one step to the next, and each step is dispatched before
@@ -423,12 +423,12 @@ class ContinuousBatcher:
 
 
 class _DeviceBatch:
-    """The batched XLA engine: the sequences in the slots of ``backends.xla_batched_decode.BatchState``."""
+    """The batched XLA engine: the sequences in the slots of ``backends.xla.batched_decode.BatchState``."""
 
     name = BATCHED
 
     def __init__(self, batcher: ContinuousBatcher, loop: _Loop):
-        from ..backends.xla_batched_decode import BatchedDecode, slot_buckets
+        from ..backends.xla.batched_decode import BatchedDecode, slot_buckets
 
         self.batcher, self.loop = batcher, loop   # ``loop`` prefills, one sequence at a time
         backend = loop.decode_backend()
@@ -502,7 +502,7 @@ class _DeviceBatch:
         free = [k for k, s in enumerate(self.slots_held) if s is None]
         if free:
             return free[0]
-        from ..backends.xla_batched_decode import bucket_for
+        from ..backends.xla.batched_decode import bucket_for
 
         held = len(self.slots_held)
         size = bucket_for(held + 1, self.buckets)
@@ -516,7 +516,7 @@ class _DeviceBatch:
     def _release_finished(self) -> None:
         """Free the slots of the sequences that ended (a stop token, cancelled); the batch shrunk to the smallest
         size that holds the rest, which move to its first slots."""
-        from ..backends.xla_batched_decode import bucket_for
+        from ..backends.xla.batched_decode import bucket_for
 
         self.slots_held = [s if s is not None and not s.handle.done else None for s in self.slots_held]
         kept = [k for k, s in enumerate(self.slots_held) if s is not None]
@@ -553,7 +553,7 @@ class _DeviceBatch:
             self._release_finished()
 
     def _dispatch(self, stepping: list[tuple[int, _Sequence]]) -> Any:
-        from ..backends.xla_batched_decode import COUNTER, POSITION, SEED, TEMPERATURE, TOP_K, TOP_P
+        from ..backends.xla.batched_decode import COUNTER, POSITION, SEED, TEMPERATURE, TOP_K, TOP_P
 
         slots = len(self.slots_held)
         fed = np.zeros((4, slots), np.int32)

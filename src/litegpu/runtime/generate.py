@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.xla_generate import DEFAULT_CHUNK
+from ..backends.xla.generate import DEFAULT_CHUNK
 from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from .tensor_buffer import TensorBuffer, _is_device_array
 
@@ -34,7 +34,7 @@ def _softmax_sample(logits: np.ndarray, temperature: float, top_k: int | None, r
                     top_p: float | None = None) -> int:
     """A token drawn from softmax(logits / temperature), restricted to the ``top_k`` largest, then to the smallest
     set of the largest whose probabilities reach ``top_p`` (ties at either cutoff kept), as the device sampler
-    (``backends.xla_generate``) restricts them."""
+    (``backends.xla.generate``) restricts them."""
     scaled = logits.astype(np.float64) / temperature
     if top_k is not None and 0 < top_k < scaled.size:
         cutoff = np.partition(scaled, -top_k)[-top_k]
@@ -119,19 +119,19 @@ class _Loop:
         return names[0]
 
     def device_loop(self, chunk: int, sampling: Any, stops: set[int], seed: int | None) -> Any:
-        """A ``backends.xla_generate.DecodeLoop`` for the decode signature where one XLA program runs all of it (a
+        """A ``backends.xla.generate.DecodeLoop`` for the decode signature where one XLA program runs all of it (a
         whole-model GPU or XLA CPU plan, no resource variables, weights on one device); None elsewhere."""
         backend = self.decode_backend()
         if backend is None:
             return None
-        from ..backends.xla_generate import DecodeLoop
+        from ..backends.xla.generate import DecodeLoop
 
         return DecodeLoop(backend, self.step_layout(backend), chunk, sampling, tuple(stops), seed)
 
     def decode_backend(self) -> Any:
         """The ``XlaBackend`` running the whole decode signature as one program, or None (another engine, a plan
         in parts, resource variables, weights over several devices)."""
-        from ..backends.xla import XlaBackend
+        from ..backends.xla.backend import XlaBackend
 
         signature = self.model._signature(self.decode)
         backend = self.model._backend(signature)
@@ -142,8 +142,8 @@ class _Loop:
 
     def step_layout(self, backend: Any) -> Any:
         """Where the decode subgraph of ``backend`` takes the token, position, mask and caches
-        (``backends.xla_generate.StepLayout``)."""
-        from ..backends.xla_generate import StepLayout
+        (``backends.xla.generate.StepLayout``)."""
+        from ..backends.xla.generate import StepLayout
 
         return StepLayout.of(backend.model, self.decode, self.tokens_name, self.position_name, self.logits_name,
                              self.mask_name, self.cache_names, self.max_len)
@@ -155,7 +155,7 @@ class _Loop:
 
     def cache_arrays(self, device: Any) -> list[Any]:
         """The KV cache as device arrays, in ``cache_names`` order (host zeros before any run are placed there)."""
-        from ..backends.xla import jax_module
+        from ..backends.xla.device import jax_module
 
         values = [self.caches[n]._data() for n in self.cache_names]
         return [v if _is_device_array(v) else jax_module().device_put(np.asarray(v), device) for v in values]
@@ -233,31 +233,27 @@ class _Loop:
 
 class _CarriedCache:
     """The KV cache kept in the official interpreter between the token-by-token steps, for a model whose every
-    prefill and decode signature it runs whole (``backends.litert.CarriedState``).  A step sets the tokens,
+    prefill and decode signature it runs whole (an executable that carries state between runs: ``carry``, and
+    ``run_carrying``; the official interpreter's, ``backends.litert.CarriedState``).  A step sets the tokens,
     the position (and the mask), runs, and reads the logits; the cache is copied from the last step's output
     tensors into the next step's input tensors inside the interpreter, never through numpy.  Passing it
     through TensorBuffers as inputs and outputs of each run, as the official signature-runner loop does, copies
     every cache tensor out and back in every step (issue 26; BENCHMARKS.md, LLM decode on the CPU)."""
 
     def __init__(self, loop: _Loop, executables: dict[str, Any]):
-        from ..backends.litert import CarriedState
-
         self.executables = executables
-        shared = next(iter(executables.values())).shared
-        self.state = CarriedState(shared, [loop.caches[n]._data() for n in loop.cache_names])
+        self.state = next(iter(executables.values())).carry([loop.caches[n]._data() for n in loop.cache_names])
         self.layouts = {key: _carried_layout(loop, key, executable) for key, executable in executables.items()}
 
     @classmethod
     def for_loop(cls, loop: _Loop) -> "_CarriedCache | None":
         """One for ``loop`` where one official interpreter runs every signature it steps through whole."""
-        from ..backends.litert import LiteRtExecutable
-
         executables = {}
         for key in [loop.decode, *loop.prefills.values()]:  # the decode first: nothing made for another engine
             backend = loop.model._backend(loop.model._signature(key))
             whole = getattr(backend, "whole_executable", None)
             executable = whole() if whole is not None else None
-            if not isinstance(executable, LiteRtExecutable):
+            if not callable(getattr(executable, "run_carrying", None)):  # an engine that carries no state
                 return None
             executables[key] = executable
         if len({id(e.shared) for e in executables.values()}) != 1:
@@ -288,7 +284,7 @@ def _carried_layout(loop: _Loop, key: str, executable: Any) -> tuple[list[int], 
 def _device_argmax(shape: tuple[int, ...], dtype: str) -> Any:
     """logits [..., vocab] -> the argmax of the last position (ties to the lowest id, as ``np.argmax``), as a
     device array of the tokens input's shape and dtype, ready to be fed to the next step."""
-    from ..backends.xla import jax_module
+    from ..backends.xla.device import jax_module
 
     jax = jax_module()
 
@@ -394,7 +390,7 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     cache stays on the device between steps.
 
     Where the decode signature runs as one XLA program (a model fully on the GPU, or on XLA CPU), tokens are
-    generated on the device ``chunk_tokens`` at a time in one launch (``backends.xla_generate``): picked there,
+    generated on the device ``chunk_tokens`` at a time in one launch (``backends.xla.generate``): picked there,
     fed back there, one array of tokens read per chunk, the next chunk already dispatched; the stream yields
     them chunk by chunk.  Greedy tokens equal the token-by-token loop's.  Sampled tokens come from JAX's random
     numbers there (the same for a seed whatever the chunk size) and from a numpy generator elsewhere.
@@ -425,7 +421,7 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     last = _prefill(loop, prompt, pad_token)
     device = None
     if chunk_tokens and max_new_tokens > 1:
-        from ..backends.xla_generate import Sampling
+        from ..backends.xla.generate import Sampling
 
         device = loop.device_loop(chunk_tokens, Sampling(float(temperature), top_k, top_p), stops, seed)
     if device is not None:
@@ -480,7 +476,7 @@ def _greedy_decode(loop: _Loop, token: int, position: int, count: int, stops: se
 def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: int) -> Iterator[int]:
     """The ``count`` tokens after ``token`` (fed at ``position``), generated on the device a chunk at a time: each
     chunk is dispatched before the previous one's tokens are read, so the device never waits for the host."""
-    from ..backends.xla_generate import MASKED
+    from ..backends.xla.generate import MASKED
     from .event import _wait_for
 
     chunk = device.chunk

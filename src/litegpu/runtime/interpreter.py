@@ -114,7 +114,9 @@ class Interpreter:
 
     def _xla_backend(self, subgraph: int) -> Any:
         if subgraph not in self._xla:
-            from ..backends.xla import XlaBackend, XlaState, device_for
+            from ..backends.xla.backend import XlaBackend
+            from ..backends.xla.state import XlaState
+            from ..backends.xla.device import device_for
 
             if self._state is None:
                 # the builtin kernels, as the official Interpreter's default: their float order too
@@ -153,7 +155,7 @@ class Interpreter:
         current = [self._input_shapes[t] for t in main.inputs]
         if current != declared:
             try:
-                from ..backends.xla import XlaBackend  # noqa: F401  (shape inference traces, it never runs)
+                from ..backends.xla.backend import XlaBackend  # noqa: F401  (shape inference traces, it never runs)
 
                 shapes = self._xla_backend(0).output_shapes(
                     [(s, numpy_dtype(main.tensors[t].dtype)) for s, t in zip(current, main.inputs)])

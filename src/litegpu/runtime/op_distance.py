@@ -169,7 +169,8 @@ def _executed(model: Any) -> tuple[ir.Model, DelegationPlan, bool]:
     executed = model._xla_model
     whole = tuple(Partition(p.accelerator, p.target, p.subgraph_index,
                             ir.execution_order(executed.subgraphs[p.subgraph_index], executed.source), (),
-                            executed.subgraphs[p.subgraph_index].inputs, executed.subgraphs[p.subgraph_index].outputs)
+                            executed.subgraphs[p.subgraph_index].inputs, executed.subgraphs[p.subgraph_index].outputs,
+                            p.engine)
                   for p in plan.partitions)
     return executed, dataclasses.replace(plan, partitions=whole, model=executed), False
 

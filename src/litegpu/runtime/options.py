@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ..compile.precision import PRECISIONS, precision_policy
+from ..backends import registry
 from ..backends.cache import validate_model_token
 from ..compile.float_view import check_quantized_execution
 from ..errors import CacheError, InvalidArgumentError
@@ -46,11 +47,15 @@ CPU_PRECISIONS = ("fp32", "bf16")
 _KERNELS = {CpuKernelMode.XNNPACK: "fast", CpuKernelMode.BUILTIN: "builtin", CpuKernelMode.REFERENCE: "reference"}
 
 
-# The engines the fast CPU path may choose from besides XLA (CpuOptions.engines).
-FAST_ENGINES = ("litert", "openvino")
-# The engines that run GPU partitions (GpuOptions.engine): XLA where JAX sees the GPU (CUDA, ROCm), IREE for
-# Vulkan and Metal GPUs.
-GPU_ENGINES = ("xla", "iree")
+def fast_engines() -> tuple[str, ...]:
+    """The engines the fast CPU path may choose from besides XLA (``CpuOptions.engines``): the registry's candidates."""
+    return registry.named(fast_cpu=True)
+
+
+def gpu_engines() -> tuple[str, ...]:
+    """The engines that run GPU partitions (``GpuOptions.engine``): XLA where JAX sees the GPU (CUDA, ROCm), IREE
+    for Vulkan and Metal GPUs, and any other the registry has."""
+    return registry.named(device="GPU")
 
 
 @dataclasses.dataclass
@@ -90,10 +95,10 @@ class CpuOptions:
         if self.engines is not None:
             if isinstance(self.engines, str) or not all(isinstance(e, str) for e in self.engines):
                 raise InvalidArgumentError(f"CpuOptions.engines is a tuple of engine names, got {self.engines!r}")
-            unknown = sorted(set(self.engines) - set(FAST_ENGINES))
+            unknown = sorted(set(self.engines) - set(fast_engines()))
             if unknown:
                 raise InvalidArgumentError(f"CpuOptions.engines: unknown engine(s) {', '.join(unknown)}; the fast "
-                                           f"path chooses from {', '.join(FAST_ENGINES)} (XLA always runs the rest)")
+                                           f"path chooses from {', '.join(fast_engines())} (XLA always runs the rest)")
             self.engines = tuple(self.engines)
         if not isinstance(self.num_threads, int) or self.num_threads < 0:
             raise InvalidArgumentError(f"CpuOptions.num_threads must be an int >= 0, got {self.num_threads!r}")
@@ -144,8 +149,8 @@ class GpuOptions:
     def __post_init__(self) -> None:
         precision_policy(self.precision)  # validates
         check_quantized_execution(self.quantized_execution)
-        if self.engine is not None and self.engine not in GPU_ENGINES:
-            raise InvalidArgumentError(f"GpuOptions.engine must be None or one of {', '.join(GPU_ENGINES)}, got "
+        if self.engine is not None and self.engine not in gpu_engines():
+            raise InvalidArgumentError(f"GpuOptions.engine must be None or one of {', '.join(gpu_engines())}, got "
                                        f"{self.engine!r}")
         if self.enforce_f32:
             self.precision = "fp32"
@@ -244,5 +249,5 @@ def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator
     return Options(HardwareAccelerator.CPU if hardware_accel is None else hardware_accel)
 
 
-__all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GPU_ENGINES", "GpuOptions", "HardwareAccelerator", "Options",
-           "PRECISIONS", "check_model_token", "resolve_options"]
+__all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options",
+           "PRECISIONS", "check_model_token", "fast_engines", "gpu_engines", "resolve_options"]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
+from ..backends import registry
 from ..compile import CPU, GPU, DelegationPlan, Partition
 from ..backends.engine import HOST
 from ..errors import EngineCompileError, ModelExecutionError
@@ -69,7 +70,7 @@ class _XlaUnit:
             return value, False
         if all(d.platform == "cpu" for d in value.devices()):
             return np.asarray(value), True
-        from ..backends.xla import jax_module
+        from ..backends.xla.device import jax_module
 
         return jax_module().device_put(value, device), True
 
@@ -165,7 +166,9 @@ class PartitionedModel:
     def state(self, platform: str) -> Any:
         """Device weights and variables for one JAX platform (created on first use)."""
         if platform not in self._states:
-            from ..backends.xla import XlaBackend, XlaState, device_for
+            from ..backends.xla.backend import XlaBackend
+            from ..backends.xla.state import XlaState
+            from ..backends.xla.device import device_for
 
             device = (self._device or device_for)(platform)
             self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
@@ -184,14 +187,14 @@ class PartitionedModel:
     def unit(self, partition: Partition) -> Any:
         """What runs ``partition``: the runtime's own numpy runner or XLA program over the model's device weights,
         or the executable of the engine that the plan names."""
+        if not registry.info(partition.engine).runtime_owned:
+            return self._engine_unit(partition)
         if partition.target is Target.REFERENCE:
             return _ReferenceUnit(self.reference, partition)
-        if partition.target in (Target.XLA_CPU, Target.XLA_GPU):
-            return _XlaUnit(self._xla_backend(partition))
-        return self._engine_unit(partition)
+        return _XlaUnit(self._xla_backend(partition))
 
     def _xla_backend(self, partition: Partition) -> Any:
-        from ..backends.xla import XlaBackend
+        from ..backends.xla.backend import XlaBackend
 
         platform = self.platforms[int(partition.accelerator)]
         backend = XlaBackend(self.model, partition.subgraph_index, platform, precision=self.precision,
@@ -206,10 +209,8 @@ class PartitionedModel:
         a new one from the registry, made with the settings of the partition's device."""
         name = partition.engine
         if name not in self.engines:
-            from ..backends.registry import engine
-
-            self.engines[name] = engine(name, self._gpu_settings() if partition.accelerator == GPU
-                                        else self.engine_settings)
+            self.engines[name] = registry.engine(name, self._gpu_settings() if partition.accelerator == GPU
+                                                 else self.engine_settings)
         return self.engines[name]
 
     def _gpu_settings(self) -> Any:
@@ -225,7 +226,7 @@ class PartitionedModel:
         executable = engine.compile(self.model, partition.op_range(), settings, self.cache, self.cache_key, **extra)
         fallback = None if engine.fallback is None else (lambda: self._fallback_unit(partition, engine.fallback))
         unit = _EngineUnit(executable, engine, fallback, lambda: self._xla_backend(dataclasses.replace(
-            partition, accelerator=CPU, target=Target.XLA_CPU)), self.model)
+            partition, accelerator=CPU, target=Target.XLA_CPU, engine="")), self.model)
         if fallback is not None:
             try:
                 executable.prepare()
@@ -238,7 +239,7 @@ class PartitionedModel:
         rules of ``target`` (the exact kernels; a GPU partition keeps the GPU's), or numpy where XLA refuses one."""
         from ..backends.engine import op_reasons
 
-        moved = dataclasses.replace(partition, accelerator=CPU, target=target)
+        moved = dataclasses.replace(partition, accelerator=CPU, target=target, engine="")
         if op_reasons(self.model, partition.subgraph_index, partition.op_indices, target):
             return _ReferenceUnit(self.reference, moved)
         return self.unit(moved)

@@ -29,7 +29,7 @@ def _is_device_array(value: Any) -> bool:
 
 
 def _is_engine_device_array(value: Any) -> bool:
-    """A run's output that an engine other than JAX keeps on its device (``backends.iree.IreeArray``: Vulkan
+    """A run's output that an engine other than JAX keeps on its device (``backends.iree.engine.IreeArray``: Vulkan
     or Metal memory); such an array says so itself, and reads back through ``__array__``."""
     return getattr(type(value), "litegpu_device_array", False) is True
 
@@ -105,7 +105,7 @@ class TensorBuffer:
                 return cls(np.from_dlpack(obj), owns_host_memory=False)
             except (TypeError, BufferError, RuntimeError, ValueError) as e:
                 raise TensorBufferError(f"cannot wrap {type(obj).__name__} via DLPack: {e}") from e
-        from ..backends.xla import jax_module
+        from ..backends.xla.device import jax_module
 
         jax = jax_module()
         try:

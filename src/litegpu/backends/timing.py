@@ -1,0 +1,98 @@
+"""Timing engines against each other on the same partition, as the planner does where a rule cannot decide
+(``compile.plan``, the official interpreter's ``faster_than``): sample inputs, and alternating rounds whose
+times are paired so that a shared machine's changing load cancels out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir import Model
+from .engine import Executable
+from .graph import OpRange
+
+
+def sample_inputs(model: Model, op_range: OpRange, seed: int = 0) -> list[Any]:
+    """Inputs to time a partition with: floats drawn from a normal distribution, integers and booleans
+    zero (always a valid index, token or length)."""
+    import numpy as np
+
+    from ..ir import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    sg = model.subgraphs[op_range.subgraph]
+    arrays = []
+    for t in op_range.inputs:
+        tensor = sg.tensors[t]
+        dtype = np.dtype(numpy_dtype(tensor.dtype))
+        shape = tuple(int(d) for d in tensor.shape)
+        arrays.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype))
+    return arrays
+
+
+# ``fastest``: a round of each candidate lasts at least this long (its runs repeated, at most MAX_ROUND_REPEAT times)
+MIN_ROUND_S = 2e-3
+MAX_ROUND_REPEAT = 100
+
+
+def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
+            min_rounds: int = 3, max_rounds: int = 30) -> tuple[str, dict[str, float]]:
+    """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
+    run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
+    candidates alternate round by round, each round's order rotated, until ``budget_s`` is spent (at least
+    ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
+    whose warm-up raises drops out.  Returns (name, seconds per round of every candidate that ran).
+
+    The seconds are paired estimates: a candidate's time over the first candidate's in the same round,
+    median over the rounds, times the first candidate's median.  On a machine others share, the load
+    changes from round to round; within a round the candidates run back to back and see about the same, so
+    the ratio cancels what independent medians keep (the engine choice flipped between runs on the loaded
+    2-core machine: BENCHMARKS.md, issue 26)."""
+    import statistics
+    import time
+
+    def run_all(runs: list[tuple[Executable, list[Any]]]) -> None:
+        for executable, inputs in runs:
+            for result in executable.run(inputs):
+                getattr(result, "block_until_ready", lambda: None)()
+
+    alive, first = {}, []
+    for name, runs in candidates.items():
+        try:
+            start = time.perf_counter()
+            run_all(runs)
+            took = time.perf_counter() - start
+            if took < MIN_ROUND_S:  # a short run: timed again, past the first run's own costs
+                start = time.perf_counter()
+                run_all(runs)
+                took = time.perf_counter() - start
+            first.append(took)
+            alive[name] = runs
+        except Exception:  # noqa: BLE001  (an engine that cannot run it is simply not the fastest)
+            continue
+    if not alive:
+        from ..errors import ModelExecutionError
+
+        raise ModelExecutionError(f"no engine could run the model to time it ({', '.join(candidates)})")
+    # Back-to-back runs, as a model serves its calls: a sub-millisecond model's round repeats them to about
+    # MIN_ROUND_S.  One run each in turn timed each engine after the other's idle threads and cache footprint:
+    # MediaPipe's face detector went to OpenVINO at 0.40 against 0.44 ms, and then ran 0.93x XNNPACK in blocks.
+    repeat = int(min(MAX_ROUND_REPEAT, max(1, MIN_ROUND_S / max(min(first), 1e-7))))
+    alive = {name: runs * repeat for name, runs in alive.items()}
+    times: dict[str, list[float]] = {name: [] for name in alive}
+    order = list(alive)
+    deadline = time.perf_counter() + budget_s
+    for rounds in range(max_rounds):
+        if rounds >= min_rounds and time.perf_counter() > deadline:
+            break
+        for name in order[rounds % len(order):] + order[:rounds % len(order)]:
+            start = time.perf_counter()
+            run_all(alive[name])
+            times[name].append(time.perf_counter() - start)
+    reference = order[0]
+    scale = statistics.median(times[reference])
+    paired = {name: scale * statistics.median(t / max(r, 1e-12) for t, r in zip(values, times[reference]))
+              for name, values in times.items()}
+    return min(paired, key=paired.__getitem__), paired
+
+
+__all__ = ["MAX_ROUND_REPEAT", "MIN_ROUND_S", "fastest", "sample_inputs"]
