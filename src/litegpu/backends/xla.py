@@ -292,6 +292,16 @@ def _zero_after(anchors: Sequence[Any]) -> Any:
     return None
 
 
+class _FoldRunner(GraphRunner):
+    """The reference kernels folding constant ops at load, for a program in the builtin kernels' order or not:
+    where those kernels depart from the reference ones (``OpContext.builtin_kernels``), the folded weights follow
+    the program's choice."""
+
+    def __init__(self, model: Model, official_float_order: bool):
+        super().__init__(model, Target.REFERENCE)
+        self.official_float_order = official_float_order
+
+
 class _XlaRunner(_PolicyRunner):
     """Traces a subgraph for XLA with the weights as program parameters, converted where used.
 
@@ -762,7 +772,7 @@ class XlaState:
         densifying sparse) weights every run.  Signatures that fold the same op on the same buffers
         (``prefill`` and ``decode``) share one result."""
         jax = jax_module()
-        runner = GraphRunner(model, Target.REFERENCE)
+        runner = _FoldRunner(model, self.official_float_order)
         spent = {False: 0, True: 0}  # output bytes folded, by "the op grows its inputs"
         # Growing folds are all or nothing: in a model past the budget they would buy a few percent
         # of speed for as many percent of memory.
