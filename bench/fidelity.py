@@ -21,7 +21,9 @@ Sources, each model run in a process of its own (a crash or a timeout is that mo
 
 A model that cannot be made or fetched here, or that the official interpreter cannot run (a custom op), is listed
 as skipped with the reason.  The first call of BUILTIN mode (load, trace and XLA compile) is timed in CPU seconds,
-which load on the shared machine inflates less than wall time (``COMPILE_BUDGET_S``: issue 33's item 3).
+which load on the shared machine inflates less than wall time (``COMPILE_BUDGET_S``: issue 33's item 3).  The
+compile cache is off: its entries are keyed by litegpu's version, not its code, so a program compiled by another
+checkout (or before the change being checked) would be run instead, and the first call would not compile.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import sys
 import time
 import warnings
 import zipfile
+from unittest import mock
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +211,11 @@ def _timed(fn: Any) -> tuple[Any, float, float]:
 def run_case(case: Case) -> Outcome:
     """The model of ``case`` through the official builtin kernels (one thread), litegpu's BUILTIN mode and
     litegpu's Interpreter, call after call; every output held to ``RULE``."""
+    with mock.patch.dict(os.environ, {"LITEGPU_CACHE_DIR": ""}):  # no compile cache: the module docstring says why
+        return _run_case(case)
+
+
+def _run_case(case: Case) -> Outcome:
     from ai_edge_litert import interpreter as official_api
 
     outcome = Outcome(case.name, case.source, "error")
