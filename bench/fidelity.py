@@ -410,18 +410,56 @@ def run_in_child(case: Case, timeout: float = MODEL_TIMEOUT_S) -> Outcome:
 
 
 def markdown(outcomes: list[Outcome]) -> str:
+    """The sweep's table for BENCHMARKS.md: a line of totals, one row per source (models held, run, within the
+    rule, skipped with the reasons, the worst output, the slowest first call), then every model in a
+    collapsed table."""
     ran = [o for o in outcomes if o.status != "skipped"]
     lines = [f"{len(outcomes)} models in {len({o.source for o in outcomes})} sources: {len(ran)} run, "
              f"{sum(o.status == 'pass' for o in ran)} within the rule, {sum(o.status == 'FAIL' for o in ran)} outside "
              f"it, {sum(o.status == 'error' for o in ran)} errors, {len(outcomes) - len(ran)} skipped.", "",
-             "| source | model | ops | calls | BUILTIN mode | Interpreter | first call CPU s (XLA compile wall s) | "
-             "result |", "|---|---|---:|---:|---|---|---:|---|"]
+             "| source | models | run | within the rule | skipped | worst float output (model) | "
+             f"worst integer output (model) | first call CPU s: median / slowest (model) | over {COMPILE_BUDGET_S:.0f} s |",
+             "|---|---:|---:|---:|---|---|---|---|---:|"]
+    for source in dict.fromkeys(o.source for o in outcomes):
+        lines.append(_source_row([o for o in outcomes if o.source == source]))
+    lines += ["", "<details><summary>Every model</summary>", "",
+              "| source | model | ops | calls | BUILTIN mode | Interpreter | first call CPU s (XLA compile wall s) | "
+              "result |", "|---|---|---:|---:|---|---|---:|---|"]
     for o in outcomes:
         compile_cell = "" if o.first_call_cpu_s is None else f"{o.first_call_cpu_s:.1f} ({o.xla_compile_wall_s:.1f})"
         lines.append(f"| {o.source} | {o.name} | {o.ops or ''} | {o.calls or ''} | {o.worst.get('builtin', '')} | "
                      f"{o.worst.get('interpreter', '')} | {compile_cell} | {o.status}"
                      f"{': ' + o.detail if o.detail else ''} |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", "</details>"])
+
+
+def _source_row(outcomes: list[Outcome]) -> str:
+    ran = [o for o in outcomes if o.status != "skipped"]
+    skipped = [o for o in outcomes if o.status == "skipped"]
+    reasons = "; ".join(f"{o.name}: {o.detail}" for o in skipped)
+    timed = sorted((o.first_call_cpu_s, o.name) for o in ran if o.first_call_cpu_s is not None)
+    timing = f"{timed[len(timed) // 2][0]:.1f} / {timed[-1][0]:.1f} ({timed[-1][1]})" if timed else ""
+    over = sum(seconds > COMPILE_BUDGET_S for seconds, _ in timed)
+    return (f"| {outcomes[0].source} | {len(outcomes)} | {len(ran)} | {sum(o.status == 'pass' for o in ran)} | "
+            f"{len(skipped)}{': ' + reasons if reasons else ''} | {_worst(ran, 'of the largest')} | "
+            f"{_worst(ran, 'LSB')} | {timing} | {over} |")
+
+
+def _worst(outcomes: list[Outcome], unit: str) -> str:
+    """The farthest BUILTIN-mode or Interpreter figure in ``unit`` among ``outcomes``, and its model."""
+    figures = [(_distance(figure), figure, o.name) for o in outcomes for figure in o.worst.values() if unit in figure]
+    if not figures:
+        return ""
+    _, figure, name = max(figures)
+    return f"{figure} ({name})"
+
+
+def _distance(figure: str) -> float:
+    """A figure's distance, as ``compare`` ranks them: ``2.1e-07 of the largest``; ``1 LSB, 99.50% exact``."""
+    if "LSB" in figure:
+        units, exact = figure.split(" LSB, ")
+        return int(units) + 1 - float(exact.rstrip("% exact")) / 100
+    return float(figure.split()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,3 +87,22 @@ def test_a_model_the_official_interpreter_cannot_run_is_skipped_with_the_reason(
     write_model(b.build(), tmp_path / "custom.tflite")
     outcome = fidelity.run_case(fidelity.Case("custom", "test", str(tmp_path / "custom.tflite")))
     assert outcome.status == "skipped" and "NotAnOfficialOp" in outcome.detail
+
+
+def test_the_table_counts_each_source_and_names_the_worst():
+    def outcome(name, source, status, worst=None, seconds=None, detail=""):
+        return fidelity.Outcome(name, source, status, detail, worst=worst or {}, first_call_cpu_s=seconds,
+                                xla_compile_wall_s=seconds and seconds / 2)
+
+    table = fidelity.markdown([
+        outcome("a_float32", "keras", "pass", {"builtin": "2.0e-07 of the largest"}, 10.0),
+        outcome("a_int8", "keras", "pass", {"builtin": "1 LSB, 99.50% exact", "interpreter": "0 LSB, 100.00% exact"},
+                70.0),
+        outcome("b_16x8", "keras", "skipped", detail="the converter refuses it: no"),
+        outcome("c", "wheels", "FAIL", {"builtin": "3.0e-05 of the largest"}, 5.0, "builtin call 0 y: 3.0e-05"),
+    ])
+    assert table.startswith("4 models in 2 sources: 3 run, 2 within the rule, 1 outside it, 0 errors, 1 skipped.")
+    keras_row = next(line for line in table.splitlines() if line.startswith("| keras |"))
+    assert keras_row == ("| keras | 3 | 2 | 2 | 1: b_16x8: the converter refuses it: no | 2.0e-07 of the largest "
+                         "(a_float32) | 1 LSB, 99.50% exact (a_int8) | 70.0 / 70.0 (a_int8) | 1 |")
+    assert "| wheels | c |  |  | 3.0e-05 of the largest |  | 5.0 (2.5) | FAIL: builtin call 0 y: 3.0e-05 |" in table
