@@ -126,3 +126,13 @@ def test_float_logistic_and_tanh_are_bit_exact(op, n):
         x[-6:] = [np.nan, -np.inf, 3e-39, -97.0, 16.7, 0.0]  # the scalar tail too
     model, _ = one_op_model(op, [x], [(x.shape, "float32")])
     assert_builtin_bits(model, [x], fast_atol=1e-6)  # XLA's own forms on the fast path: an ulp or so away
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 7, 3), (1, 112, 112, 16)])
+def test_float_hard_swish_equals_the_builtin_kernel_bit_for_bit(shape):
+    """The builtin kernel scales by 1/6 first in its blocks of 4, last in the tail (2 * 5 * 7 * 3 = 210: a tail
+    of 2): the numpy reference and BUILTIN mode take that order."""
+    from oracle import assert_builtin_bits
+
+    x = (random_input(shape, seed=2) * 5).astype(np.float32)
+    assert_builtin_bits(activation_model("HARD_SWISH", shape), [x])

@@ -282,6 +282,8 @@ def test_quantized_depthwise_conv2d_matches_official(dtype, activation, geometry
     ((1, 9, 9, 16), (24, 1, 1, 16), 1, 1, "SAME"),     # 1x1: the GEMM over the input channels
     ((2, 11, 10, 3), (16, 3, 3, 3), 2, 1, "SAME"),     # im2col, depth in (row, column, channel) order
     ((1, 6, 6, 4), (6, 3, 3, 2), 1, 1, "SAME"),        # grouped
+    ((1, 2, 2, 290), (19, 2, 2, 290), 1, 1, "VALID"),  # one output pixel: Eigen's GEMV (pose landmarks' heads)
+    ((1, 12, 12, 6), (1, 3, 3, 6), 1, 1, "SAME"),      # one output channel: Eigen's GEMV too
 ])
 def test_float_conv2d_equals_the_builtin_kernel_bit_for_bit(geometry):
     """The builtin float CONV_2D sums each output over the depth in order, every product rounded, then adds the

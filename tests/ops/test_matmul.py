@@ -4,7 +4,8 @@ import pytest
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
 from litegpu.ir.builder import ModelBuilder, quantization
-from oracle import check_op_model, random_input
+from litegpu.ir.save import to_bytes
+from oracle import check_op_model, random_input, run_official, run_ours_builtin, same_bits
 
 
 def fc_model(in_shape, units, keep_num_dims=False, activation="NONE", bias=True, weights_as_input=False):
@@ -156,3 +157,28 @@ def test_float_batch_matmul_is_bit_exact(x_shape, y_shape):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=x_shape).astype(np.float32), rng.normal(size=y_shape).astype(np.float32)
     assert_builtin_bits(model, [x, y])  # XLA's own order on the fast path: an ulp or so away
+
+
+@pytest.mark.parametrize("rows, depth, units", [
+    (2, 12, 24),    # held-out two_signatures' embedding: a GEMM, summed in depth order (1.8e-7 off before)
+    (5, 101, 24),
+    (1, 102, 24),   # one row: Eigen's GEMV, in four lanes, then the last depth % 4 products
+    (3, 101, 1),    # one unit: the same
+    (1, 3, 5),
+])
+def test_float_fully_connected_equals_the_builtin_kernel_bit_for_bit(rows, depth, units):
+    """The builtin float FULLY_CONNECTED is x86's Eigen GEMM: each output summed over the depth in order, every
+    product rounded (a matrix by a vector in four lanes), the bias added last: BUILTIN mode takes that order
+    (the numpy reference keeps BLAS's, an ulp or so away)."""
+    rng = np.random.default_rng(depth)
+    b = ModelBuilder()
+    x = b.input("x", (rows, depth))
+    w = b.constant("w", rng.standard_normal((units, depth)).astype(np.float32))
+    bias = b.constant("bias", rng.standard_normal(units).astype(np.float32))
+    y = b.tensor("y", (rows, units))
+    b.op("FULLY_CONNECTED", [x, w, bias], [y], fused_activation_function="RELU6")
+    b.output(y)
+    model, inputs = b.build(), [random_input((rows, depth), seed=7)]
+    want = run_official(to_bytes(model), inputs)[0]
+    same = same_bits(run_ours_builtin(model, inputs)[0], want)
+    assert same.all(), f"{int((~same).sum())} of {same.size} values differ"

@@ -7,7 +7,7 @@ from litegpu.ir import read_model
 from litegpu.ir.builder import ModelBuilder, quantization
 from litegpu.ir.save import to_bytes
 from litegpu.ops import Target, find
-from oracle import assert_close, check_op_model, litert, run_ours
+from oracle import assert_close, check_op_model, litert, run_official, run_ours, run_ours_builtin, same_bits
 
 
 def run_official_reference_kernels(data, inputs):
@@ -72,6 +72,33 @@ def test_dequantize_per_channel(dtype, axis):
     zps = rng.integers(-5, 5, shape[axis]) + (128 if dtype == "uint8" else 0)
     model = one_op("DEQUANTIZE", shape, dtype, "float32", quantization(scales, zps, axis=axis))
     check_exact_against_reference_kernels(model, [ints(shape, dtype, axis)])
+
+
+def dequantize_then_add(shape, dtype, quant, weights=None):
+    b = ModelBuilder()
+    q = b.input("q", shape, dtype, quantization=quant) if weights is None else \
+        b.constant("q", weights, dtype, quantization=quant)
+    x, real, y = b.input("x", shape), b.tensor("real", shape), b.tensor("y", shape)
+    b.op("DEQUANTIZE", [q], [real])
+    b.op("ADD", [real, x], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype, scale, zero_point", [("int8", 0.3721, -17), ("uint8", 0.0039, 128), ("int8", 0.05, 0)])
+@pytest.mark.parametrize("where", ["run time", "weights (folded at load)"])
+def test_dequantize_in_builtin_mode_is_the_builtin_kernel_bit_for_bit(dtype, scale, zero_point, where):
+    """The builtin kernels' per-tensor DEQUANTIZE (their optimized kernel's blocks of 8 as ``q * scale`` plus
+    ``-zero_point * scale``, each rounded; the tail as the reference kernel) in BUILTIN mode, bit for bit, and
+    the ADD reading it not fused with its product into a multiply-add (an ulp off in a third of the values)."""
+    shape = (5, 201)  # 125 blocks of 8 and a tail of 5
+    q = ints(shape, dtype)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    model = dequantize_then_add(shape, dtype, quantization(scale, zero_point), None if where == "run time" else q)
+    inputs = [q, x] if where == "run time" else [x]
+    want = run_official(to_bytes(model), inputs)[0]
+    same = same_bits(run_ours_builtin(model, inputs)[0], want)
+    assert same.all(), f"{int((~same).sum())} of {same.size} values differ"
 
 
 def test_dequantize_float16_weights():

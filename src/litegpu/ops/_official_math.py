@@ -427,3 +427,30 @@ def sum_in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
     if rest:
         acc = add(acc, by_depth[blocks * unroll:], lax.slice_in_dim(y, blocks * unroll, depth, axis=y.ndim - 2), rest)
     return acc
+
+
+# The lanes of Eigen's float packets on the x86 wheel (SSE: 4); its matrix-vector product keeps one packet of
+# partial sums per output.
+GEMV_LANES = 4
+
+
+def sum_as_the_builtin_gemm(xp: Any, lax: Any, x: Any, y: Any) -> Any:
+    """x [M, K] @ y [K, N] as the builtin float FULLY_CONNECTED and CONV_2D sum it on x86 (``cpu_backend_gemm``,
+    which takes Eigen there; measured bit for bit): in depth order (``sum_in_depth_order``), except a matrix by
+    a vector (M or N is 1: one row of input, one unit, one output pixel), which Eigen's GEMV sums in
+    ``GEMV_LANES`` lanes, lane j over the steps k = j mod 4 in order, every product rounded; then the lanes
+    ``(l0 + l2) + (l1 + l3)``; then the last K mod 4 products in order."""
+    if x.shape[-2] != 1 and y.shape[-1] != 1:
+        return sum_in_depth_order(xp, lax, x, y)
+    depth = x.shape[-1]
+    packed = depth - depth % GEMV_LANES
+    acc = xp.zeros((x.shape[-2], y.shape[-1]), xp.float32)
+    if packed:
+        # each lane a depth-order sum of its own: the lanes as a batch dimension
+        x_lanes = xp.moveaxis(x[:, :packed].reshape(x.shape[0], packed // GEMV_LANES, GEMV_LANES), -1, 0)
+        y_lanes = xp.moveaxis(y[:packed].reshape(packed // GEMV_LANES, GEMV_LANES, y.shape[-1]), 1, 0)
+        lanes = sum_in_depth_order(xp, lax, x_lanes, y_lanes)
+        acc = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+    for k in range(packed, depth):
+        acc = acc + rounded_apart(xp, lax, x[:, k:k + 1] * y[k:k + 1, :])
+    return acc

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _quantized as q
 from . import _fixedpoint as fp
-from ._official_math import IN_ORDER_MAX_MACS, sum_in_depth_order
+from ._official_math import IN_ORDER_MAX_MACS, sum_as_the_builtin_gemm
 from ._common import computed_once, conv_output_size, explicit_padding, fused_activation, rounded_apart, same_padding
 from .registry import Op, OpContext, Target, register
 
@@ -122,7 +122,8 @@ def _conv_in_order_affordable(ctx: OpContext, x_shape: tuple, w_shape: tuple) ->
 def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
     """Float CONV_2D as the builtin kernel sums it (measured bit for bit on the x86 wheel): im2col, then each
     output summed over the depth in the weights' (row, column, channel) order, every product rounded before it
-    is added, the bias added last.  (A GEMM's other orders are an ulp or two away, which a TF dynamic-range
+    is added (in Eigen's GEMV lanes for one output pixel or one output channel: ``sum_as_the_builtin_gemm``),
+    the bias added last.  (A GEMM's other orders are an ulp or two away, which a TF dynamic-range
     MobileNetV2's hybrid layers after it carried to 0.10 of its largest output.)"""
     _check_rank(ctx, "input", x.shape, 4)
     _check_rank(ctx, "filter", w.shape, 4)
@@ -143,7 +144,7 @@ def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, b
         columns = [tap[..., g * cin_g:(g + 1) * cin_g] for tap in taps]
         patches = (columns[0] if len(columns) == 1 else xp.concatenate(columns, axis=-1)).reshape(-1, kh * kw * cin_g)
         matrix = w[g * per_group:(g + 1) * per_group].reshape(per_group, -1).T
-        parts.append(sum_in_depth_order(xp, lax, patches, matrix))
+        parts.append(sum_as_the_builtin_gemm(xp, lax, patches, matrix))
     y = (parts[0] if groups == 1 else xp.concatenate(parts, axis=-1)).reshape(x.shape[0], *out_hw, cout)
     return _finish(ctx, xp, y, bias)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelExecutionError
 from . import _fixedpoint as fp
-from ._common import float32_steps
+from ._common import float32_steps, rounded_apart
 from .registry import Op, OpContext, register
 from .shape import (
     ANY_DTYPE,
@@ -91,6 +91,8 @@ class ResizeBilinear(Op):
             return _bilinear_uint8(ctx, x, out_h, out_w)
         if dtype in ("int8", "int16"):
             return _bilinear_integer(ctx, x, out_h, out_w)
+        if ctx.builtin_kernels:
+            return _bilinear_float_as_the_builtin_kernel(ctx, x, out_h, out_w)
         xp = ctx.xp
         o = ctx.options
         y0, y1, fy = bilinear_taps(x.shape[1], out_h, o.align_corners, o.half_pixel_centers)
@@ -101,6 +103,44 @@ class ResizeBilinear(Op):
         # the kernel's sum, term by term
         return (xp.take(top, x0, axis=2) * (1 - fy) * (1 - fx) + xp.take(bottom, x0, axis=2) * fy * (1 - fx)
                 + xp.take(top, x1, axis=2) * (1 - fy) * fx + xp.take(bottom, x1, axis=2) * fy * fx)
+
+
+def _bilinear_float_as_the_builtin_kernel(ctx: OpContext, x: Any, out_h: int, out_w: int) -> Any:
+    """The official optimized float kernel, which the builtin kernels run (``CpuKernelMode.BUILTIN``): a 2x
+    upscale without align_corners or half_pixel_centers as ``ResizeBilinear2x2`` (means of neighbours), anything
+    else as ``ResizeBilinearGeneric``: the four products with float32 weights (``(1 - fy) * (1 - fx)`` ...)
+    added to the output in the order y0x0, y0x1, y1x0, y1x1, each rounded.  The reference kernel (the numpy
+    reference) multiplies the input by each weight in turn and adds y1x0 second: an ulp or so apart."""
+    xp, lax, o = ctx.xp, ctx.lax, ctx.options
+    in_h, in_w = x.shape[1], x.shape[2]
+    if not o.align_corners and not o.half_pixel_centers and (out_h, out_w) == (2 * in_h, 2 * in_w):
+        return _bilinear_2x2(xp, lax, x)
+    y0, y1, fy = bilinear_taps(in_h, out_h, o.align_corners, o.half_pixel_centers)
+    x0, x1, fx = bilinear_taps(in_w, out_w, o.align_corners, o.half_pixel_centers)
+    one = np.float32(1)
+    wy, wx = (one - fy, fy), (one - fx, fx)
+    rows = (xp.take(x, y0, axis=1), xp.take(x, y1, axis=1))
+    total = None
+    for r, c in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        weight = np.multiply.outer(wy[r], wx[c]).astype(np.float32).reshape(1, out_h, out_w, 1)
+        term = rounded_apart(xp, lax, xp.take(rows[r], (x0, x1)[c], axis=2) * weight)
+        total = term if total is None else total + term
+    return total
+
+
+def _bilinear_2x2(xp: Any, lax: Any, x: Any) -> Any:
+    """``ResizeBilinear2x2``: each input pixel ``a`` with its right, lower and lower-right neighbours ``b``,
+    ``c``, ``d`` (itself past the last row or column) gives the 2x2 outputs ``a``, ``(a + b) / 2``,
+    ``(a + c) / 2`` and ``((a + c) / 2 + (b + d) / 2) / 2``."""
+    n, h, w, depth = x.shape
+    right = xp.take(x, np.minimum(np.arange(w) + 1, w - 1), axis=2)
+    below, below_right = (xp.take(v, np.minimum(np.arange(h) + 1, h - 1), axis=1) for v in (x, right))
+    half = np.float32(0.5)
+    top_right, bottom_left = (x + right) * half, (x + below) * half
+    bottom_right = (bottom_left + rounded_apart(xp, lax, (right + below_right) * half)) * half
+    top = xp.stack([x, top_right], axis=3).reshape(n, h, 2 * w, depth)
+    bottom = xp.stack([bottom_left, bottom_right], axis=3).reshape(n, h, 2 * w, depth)
+    return xp.stack([top, bottom], axis=2).reshape(n, 2 * h, 2 * w, depth)
 
 
 def _bilinear_uint8(ctx: OpContext, x: Any, out_h: int, out_w: int) -> Any:

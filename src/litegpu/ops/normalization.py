@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _quantized as qz
 from . import _fixedpoint as fp
+from ._official_math import sum_in_depth_order
 from .registry import Op, OpContext, register
 
 L2_NORM_EPSILON = 1e-6
@@ -240,6 +241,12 @@ class L2Normalization(Op):
         _require_rank(ctx, x, 1, 8)
         if ctx.input(0).dtype in ("int8", "uint8"):
             return _l2_normalization_8bit(ctx, x)
+        if ctx.official_float_order and x.dtype == np.float32:
+            # the builtin kernel: the squares summed in order, each rounded, then a division per element (XLA
+            # would multiply by the norm's reciprocal)
+            squares = sum_in_depth_order(xp, ctx.lax, x[..., None, :], x[..., :, None])[..., 0]
+            norm = xp.maximum(xp.sqrt(squares), xp.asarray(L2_NORM_EPSILON, x.dtype))
+            return fp.divide_f64_exactly(xp, x.astype(xp.float64), norm.astype(xp.float64)).astype(xp.float32)
         norm = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
         return x / xp.maximum(norm, xp.asarray(L2_NORM_EPSILON, x.dtype))
 

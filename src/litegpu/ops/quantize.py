@@ -3,9 +3,15 @@
 DEQUANTIZE computes ``scale * (q - zero_point)`` as the official reference kernel:
 it multiplies in double and rounds to float, which equals the float32 product
 (a float32 scale times an integer below 2^17 is exact in double), so float32
-arithmetic is exact on every backend.  (The official optimized kernel computes
-``q * scale - zero_point * scale``, which can differ in the last bit.)  float16 -> float32 is how float16-weight
-models store their weights.
+arithmetic is exact on every backend.  The builtin kernels (``CpuKernelMode.BUILTIN``) run the optimized
+kernel instead, whose NEON loop (NEON_2_SSE on x86) takes a per-tensor scale over blocks of 8 elements as
+``float(q) * scale + float(-zero_point * scale)``, product and sum each rounded to float32, and the last
+``size % 8`` elements as the reference kernel: up to an ulp apart where the zero point is not 0
+(``optimized_ops::Dequantize``; per-channel scales take the reference kernel's ``PerChannelDequantize``).
+There the values are looked up in a table of the kernel's results for every integer (``OpContext.builtin_kernels``):
+XLA CPU would fuse the product and the sum, or the product and the next op's add, into one multiply-add
+rounded once, and no barrier keeps it apart from a product of integers (LLVM knows it is never NaN).
+float16 -> float32 is how float16-weight models store their weights.
 
 QUANTIZE from float follows the reference kernel: ``round(x / scale)`` with the
 division in float32, rounding half away from zero, then ``+ zero_point`` and
@@ -75,9 +81,30 @@ class Dequantize(Op):
         if ctx.input(0).dtype == "int16" and (scale.ndim or np.any(zero_point != 0)):
             raise ModelExecutionError(f"{ctx.op}: int16 input needs one scale and a zero point of 0 "
                                       "(as the official kernel)")
+        if ctx.builtin_kernels and not scale.ndim:
+            return _as_the_optimized_kernel(xp, x, scale, zero_point)
         centered = x.astype(xp.int32) - xp.asarray(zero_point, xp.int32)
         y = centered.astype(xp.float32) * xp.asarray(scale)
         return y if ctx.constant(0) is not None else apart_for_iree(ctx.lax, y)  # run-time values: see there
+
+
+_OPTIMIZED_DEQUANTIZE_BLOCK = 8  # the elements of one pass of optimized_ops::Dequantize's NEON loop
+
+
+def _as_the_optimized_kernel(xp: Any, q: Any, scale: np.ndarray, zero_point: np.ndarray) -> Any:
+    """The builtin kernels' per-tensor DEQUANTIZE (the module's docstring): the blocks' and the tail's results
+    for every value of ``q``'s integer type, computed here in float32 step by step, then looked up."""
+    info = np.iinfo(np.dtype(q.dtype))
+    every = np.arange(info.min, info.max + 1, dtype=np.int64)
+    scale32 = np.float32(scale)
+    zero_times_scale = np.float32(-int(zero_point) * np.float64(scale32))  # in double, as the kernel's setup
+    in_blocks = every.astype(np.float32) * scale32 + zero_times_scale
+    in_tail = (every - int(zero_point)).astype(np.float32) * scale32
+    flat = q.reshape(-1).astype(xp.int32) - info.min
+    head = flat.shape[0] - flat.shape[0] % _OPTIMIZED_DEQUANTIZE_BLOCK
+    looked_up = xp.concatenate([xp.take(xp.asarray(in_blocks), flat[:head]),
+                                xp.take(xp.asarray(in_tail), flat[head:])])
+    return looked_up.reshape(q.shape)
 
 
 @register("QUANTIZE")

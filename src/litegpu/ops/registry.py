@@ -78,6 +78,15 @@ class OpContext:
             return True
         return self.target is Target.XLA_CPU and bool(getattr(self.backend, "official_float_order", False))
 
+    @property
+    def builtin_kernels(self) -> bool:
+        """Whether the op stands for the official builtin kernels' optimized code where it departs from their
+        reference kernels (DEQUANTIZE's SIMD blocks): XLA on the CPU in ``CpuKernelMode.BUILTIN`` and what that
+        mode folds at load (their backends say ``official_float_order``).  The numpy reference otherwise follows
+        the reference kernels (``OpResolverType.BUILTIN_REF``)."""
+        return self.target in (Target.XLA_CPU, Target.REFERENCE) and \
+            bool(getattr(self.backend, "official_float_order", False))
+
     def input(self, i: int) -> Tensor | None:
         """IR tensor of input ``i`` (None when the optional input is omitted)."""
         if i >= len(self.op.inputs) or self.op.inputs[i] < 0:

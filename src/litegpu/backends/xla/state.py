@@ -144,6 +144,16 @@ def _unpack_sub_byte(jnp: Any, packed: Any, t: Tensor) -> Any:
 
 
 
+class _FoldRunner(GraphRunner):
+    """The reference kernels folding constant ops at load, for a program in the builtin kernels' order or not:
+    where those kernels depart from the reference ones (``OpContext.builtin_kernels``), the folded weights follow
+    the program's choice."""
+
+    def __init__(self, model: Model, official_float_order: bool):
+        super().__init__(model, Target.REFERENCE)
+        self.official_float_order = official_float_order
+
+
 class XlaState:
     """Device-resident weights and resource variables of one model on one device."""
 
@@ -350,7 +360,7 @@ class XlaState:
         densifying sparse) weights every run.  Signatures that fold the same op on the same buffers
         (``prefill`` and ``decode``) share one result."""
         jax = jax_module()
-        runner = GraphRunner(model, Target.REFERENCE)
+        runner = _FoldRunner(model, self.official_float_order)
         spent = {False: 0, True: 0}  # output bytes folded, by "the op grows its inputs"
         # Growing folds are all or nothing: in a model past the budget they would buy a few percent
         # of speed for as many percent of memory.
