@@ -103,6 +103,6 @@ def test_the_table_counts_each_source_and_names_the_worst():
     ])
     assert table.startswith("4 models in 2 sources: 3 run, 2 within the rule, 1 outside it, 0 errors, 1 skipped.")
     keras_row = next(line for line in table.splitlines() if line.startswith("| keras |"))
-    assert keras_row == ("| keras | 3 | 2 | 2 | 1: b_16x8: the converter refuses it: no | 2.0e-07 of the largest "
+    assert keras_row == ("| keras | 3 | 2 | 2 | 1: the converter refuses it: no (b_16x8) | 2.0e-07 of the largest "
                          "(a_float32) | 1 LSB, 99.50% exact (a_int8) | 70.0 / 70.0 (a_int8) | 1 |")
     assert "| wheels | c |  |  | 3.0e-05 of the largest |  | 5.0 (2.5) | FAIL: builtin call 0 y: 3.0e-05 |" in table

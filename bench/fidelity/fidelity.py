@@ -437,7 +437,11 @@ def markdown(outcomes: list[Outcome]) -> str:
 def _source_row(outcomes: list[Outcome]) -> str:
     ran = [o for o in outcomes if o.status != "skipped"]
     skipped = [o for o in outcomes if o.status == "skipped"]
-    reasons = "; ".join(f"{o.name}: {o.detail}" for o in skipped)
+    by_reason: dict[str, list[str]] = {}
+    for o in skipped:
+        by_reason.setdefault(o.detail, []).append(o.name)
+    reasons = "; ".join(f"{reason} ({', '.join(names) if len(names) <= 3 else f'{len(names)} models'})"
+                        for reason, names in by_reason.items())
     timed = sorted((o.first_call_cpu_s, o.name) for o in ran if o.first_call_cpu_s is not None)
     timing = f"{timed[len(timed) // 2][0]:.1f} / {timed[-1][0]:.1f} ({timed[-1][1]})" if timed else ""
     over = sum(seconds > COMPILE_BUDGET_S for seconds, _ in timed)
