@@ -16,7 +16,7 @@ from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, Env
 
 from .ops.custom.python_ops import register_custom_op, unregister_custom_op
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "AcceleratorUnavailableError", "CacheError", "ClosedError", "CompiledModel", "bundled_model", "DeviceLostError", "CpuKernelMode", "CpuOptions",

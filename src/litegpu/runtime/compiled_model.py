@@ -134,7 +134,7 @@ def _in_signature_order(by_name: Mapping[str, Any], names: Sequence[str], what: 
 def litegpu_version() -> str:
     """The package's ``__version__`` (pyproject's version; a test keeps them equal), read without
     ``importlib.metadata``, whose import and scan of the installed packages cost a warm start 10-40 ms."""
-    from .. import __version__
+    from ..version import __version__
 
     return __version__
 

@@ -265,7 +265,7 @@ def create_app(service: Service) -> Any:
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
 
-    from .. import __version__
+    from ..version import __version__
     from . import openai_api, protocol_v2
 
     @contextlib.asynccontextmanager

@@ -202,7 +202,7 @@ def add_routes(app: Any, service: Any) -> None:
     """The protocol's routes on ``app`` (a FastAPI application) over ``service``'s models."""
     from fastapi.responses import JSONResponse
 
-    from .. import __version__
+    from ..version import __version__
 
     @app.get("/v2")
     async def server_metadata() -> dict:
