@@ -100,6 +100,7 @@ def test_decoders_give_the_same_tokens_and_logits_on_one_two_and_four_devices():
     assert "decoder_float32.tflite caches split by head: 4" in out
 
 
+@pytest.mark.slow  # 85 s of CI: the splitting itself is tested on the small models above
 def test_a_float32_decoder_splits_its_weights_over_four_devices():
     out = run_child()
     assert "decoder_float32.tflite 4 devices" in out

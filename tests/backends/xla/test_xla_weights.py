@@ -148,7 +148,8 @@ def test_a_weight_tied_to_a_vmapped_value_stays_one_weight():
     np.testing.assert_allclose(jax.jit(jax.vmap(product))(x), x @ weight.astype(np.float32), rtol=1e-6)
 
 
-@pytest.mark.parametrize("weights", ["float16", "int4"])
+# int4 takes 40 s of CI (slow); float16 runs the same splitting
+@pytest.mark.parametrize("weights", ["float16", pytest.param("int4", marks=pytest.mark.slow)])
 def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quantized_params, monkeypatch, weights):
     """A big model's subgraph of many ops is compiled as parts (xla_backend.PART_OPS), cut between layers where
     only the hidden state crosses; the parts give the whole program's results (to float rounding: XLA fuses
@@ -176,7 +177,8 @@ def test_big_subgraphs_compile_in_parts_with_the_same_results(no_folding, quanti
         assert split.output_shapes(shapes) == whole.output_shapes(shapes)
 
 
-@pytest.mark.parametrize("weights", ["int8", "int4"])
+# int4 takes 67 s of CI (slow); int8 runs the same loop over stored weights
+@pytest.mark.parametrize("weights", ["int8", pytest.param("int4", marks=pytest.mark.slow)])
 def test_sliced_quantized_matmuls_loop_over_the_stored_weights(no_folding, quantized_params, monkeypatch, weights):
     """FULLY_CONNECTED weights converted in slices (ops.matmul.CONVERTED_WEIGHT_CHUNK_BYTES) are read from the
     stored parameter inside one XLA loop (slices of LOOPED_SLICE_BYTES, then a tail), not one kernel per
