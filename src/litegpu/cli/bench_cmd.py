@@ -245,7 +245,7 @@ def whole_program_engines(plan: Any) -> list[str]:
     kernels, whose ops can be timed one by one)."""
     from ..backends import registry
 
-    return [e for e in plan.ops_per_engine() if not registry.info(e).runtime_owned]
+    return [e for e in plan.ops_per_engine() if not registry.info(e).own_kernels]
 
 
 def delegation(model: Any) -> dict[str, Any]:
