@@ -123,9 +123,8 @@ class EngineInfo:
     devices: tuple[str, ...] = ("CPU",)  # where its partitions run: "CPU", "GPU"
     # a candidate of the fast CPU path (``CpuOptions.engines``): "ops" takes the ops it converts as partitions
     # (OpenVINO: the planner asks ``unsupported`` and ``compile_error``), "whole" takes whole models where it is
-    # timed faster (the official interpreter: the planner also asks ``model_refusal``, ``settings_refusal``,
-    # ``faster_than`` and keeps its verdicts with ``cached_choice`` / ``remember_choice``, until the timing memo
-    # is the planner's own: issue 36, item 2); None: not one
+    # timed faster (the official interpreter: the planner also asks ``model_refusal``, ``settings_refusal`` and
+    # ``faster_than``, and keeps the verdicts in its own memo, ``compile.timing_memo``); None: not one
     fast_cpu: str | None = None
     # ``Options.devices`` may name several devices: XLA splits the weights over them; the numpy reference runs on
     # the host whatever they name.  Others run on one device, and a plan of theirs refuses several.
@@ -163,6 +162,7 @@ class EngineContext:
 class Engine(abc.ABC):
     name: str = ""
     target: Target
+    settings: EngineSettings = EngineSettings()  # what it was made with (an engine sets its own)
     info: EngineInfo | None = None  # set by the registry on the engines it makes
     # The kernels that run a partition this engine turns out unable to compile (a graph its shape inference
     # refuses, an op its compiler fails on), on the CPU, with a warning naming its error: XLA with the op rules of
@@ -227,6 +227,28 @@ class Engine(abc.ABC):
         ``backends.xla.state.XlaState``), made on first use: what an engine that ``shares_host_state`` reads, and
         what ``CompiledModel.weight_placement`` reports; None where it keeps none of its own."""
         return None
+
+    # ---- the planner's questions: every engine is asked them; the defaults have no opinion -----------------
+    def model_refusal(self, model: Model) -> str | None:
+        """Why the engine would not run ``model`` whole (a fast CPU path engine of the "whole" role, asked before
+        the planner times it), or None: no objection."""
+        return None
+
+    def settings_refusal(self, model: Model) -> str | None:
+        """Why the engine may not run ``model`` or a part of it under its settings, known before loading it;
+        None: no objection."""
+        return None
+
+    def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: "Engine", scope: str) -> str | None:
+        """The name of the engine, this one or ``other``, that runs these partitions of ``model`` faster, timed
+        now (``scope`` names them: the whole model, or one partition); None: no opinion (the planner then keeps
+        ``other``).  The planner keeps the verdicts (``compile.timing_memo``)."""
+        return None
+
+    def compile_cache(self) -> tuple[Any, dict]:
+        """The compile cache and the model's key in it that the engine was made with, where the planner keeps its
+        verdicts on the engine; (None, {}) where it holds none."""
+        return None, {}
 
     def compile_error(self, model: Model, op_range: OpRange) -> str | None:
         """Why ``op_range`` would fail to compile, found while planning (the planner then gives it to another
