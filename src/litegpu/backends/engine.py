@@ -274,8 +274,8 @@ class Engine(abc.ABC):
         """Resource variables of the models it runs back to their initial values (``reset_all_variables``)."""
 
     def placement_report(self) -> Any:
-        """How the weights it keeps on its own device sit there (``backends.sharding.PlacementReport``); None
-        where it keeps none (the runtime then reports XLA's)."""
+        """How the weights it keeps on an accelerator sit there (``backends.sharding.PlacementReport``); None
+        where it keeps none there (the runtime then reports the weights its exact kernels hold, ``weights``)."""
         return None
 
 

@@ -363,9 +363,9 @@ class CompiledModel:
         with self._lock:
             self._check_open()
             self._backend(self._signatures[0])  # creates the weights on the devices
-            if self._whole_engine is not None:
-                return self._whole_engine.placement_report()
-            return self._state.placement_report(self._platform)  # a split plan, or IREE's GPU: the accelerator's
+            if self._whole_engine is None:  # a split plan, or IREE's GPU: the accelerator's weights
+                return self._state.placement_report(self._platform)
+            return self._state.placement_report() if self._state is not None else None  # the engine's weights
 
     # ---- properties -------------------------------------------------------------------------
     @property

@@ -117,9 +117,10 @@ class XlaEngine(Engine):
             state.variables = {}
 
     def placement_report(self) -> Any:
-        """How the accelerator's weights sit on it: the GPU's state where there is one, else the CPU's."""
-        states = sorted(self._states.items(), key=lambda item: item[0][1] == "cpu")
-        return states[0][1][1].placement_report() if states else None
+        """How the weights it holds on a GPU sit there; None where it holds them on the host only (the runtime
+        reports those itself, ``weights``)."""
+        on_gpu = [state for (_, platform), (_, state) in self._states.items() if platform != "cpu"]
+        return on_gpu[0].placement_report() if on_gpu else None
 
     def describe(self) -> str:
         import jax
