@@ -379,6 +379,7 @@ def installed_version(module: str, distribution: str) -> str:
         return "unknown"
 
 
-__all__ = ["HOST", "Engine", "EngineContext", "EngineInfo", "EngineSettings", "Executable", "SubgraphProgram", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name",
+__all__ = ["HOST", "Engine", "EngineContext", "EngineInfo", "EngineSettings", "Executable", "SubgraphProgram",
+           "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name",
            "installed_version",
            "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores"]

@@ -40,12 +40,12 @@ DEFAULT_PLATFORMS = {GPU: "gpu", CPU: "cpu"}
 
 
 class _EngineUnit:
-    """A partition compiled by an engine through the engine interface (``backends.engine``): the official
-    interpreter, OpenVINO, IREE, XLA, the numpy reference, or whichever engine the registry names.  An engine with a ``fallback`` hands
-    the partition to those kernels, with a warning, the first time it cannot compile it (``prepare``, a run, or
-    a new input shape); one without runs as its executable does, with no layer of our own (a call of a model
-    that runs in microseconds).  Output shapes the executable cannot tell come from tracing the ops under XLA
-    (no compile, no run)."""
+    """A partition compiled by an engine through the engine interface (``backends.engine``): XLA, the numpy
+    reference, the official interpreter, OpenVINO, IREE, or whichever engine the registry names.  An engine with a
+    ``fallback`` hands the partition to those kernels, with a warning, the first time it cannot compile it
+    (``prepare``, a run, or a new input shape); one without runs as its executable does, with no layer of our own
+    (a call of a model that runs in microseconds).  Output shapes the executable cannot tell come from tracing the
+    ops under XLA (no compile, no run)."""
 
     def __init__(self, executable: Any, engine: Any, fallback: Callable[[], Any] | None,
                  traced: Callable[[], Any]):
