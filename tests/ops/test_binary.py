@@ -261,6 +261,20 @@ def test_int16_add_rescales_whole_blocks_of_16_as_the_vector_path_does(scales, x
     check_op_model(model, [np.resize(x, 40).astype(np.int16), np.resize(y, 40).astype(np.int16)])
 
 
+DENSENET121_INT8_ADD = ((0.07964323461055756, -1), (0.037775859236717224, 6), (0.027179855853319168, -128))
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [((1, 3, 20), (1, 3, 20)), ((1, 3, 20), (1, 1, 20)),
+                                             ((1, 1, 20), (1, 3, 20)), ((2, 3, 20), (20,))])
+def test_int8_add_rescales_whole_blocks_of_16_of_each_row_as_the_vector_path_does(x_shape, y_shape):
+    # 55 + 25 at a full-integer DenseNet121's per-channel ADD: 62 on the vector path, 63 on the scalar one; without
+    # broadcast the blocks run over the whole tensor (48 of 60 elements), with a row broadcast over each row (16
+    # of 20)
+    qx, qy, qo = DENSENET121_INT8_ADD
+    model = quantized_binary("ADD", "int8", qx, qy, qo, x_shape, y_shape, fused_activation_function="RELU")
+    check_op_model(model, [np.full(x_shape, 55, np.int8), np.full(y_shape, 25, np.int8)])
+
+
 def test_int16_pot_add_saturates_like_official():
     x = np.array([32767, -32768, 30000, -30000, 5], np.int16)
     y = np.array([32767, -32768, 30000, 1, -7], np.int16)
