@@ -263,9 +263,13 @@ def calibrate_batchnorm(model: keras.Model, size: int) -> keras.Model:
     rng = np.random.default_rng(SEED)
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
-            gamma, beta, mean, var = layer.get_weights()
-            layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape).astype(np.float32),
-                               rng.normal(0.1, 0.2, beta.shape).astype(np.float32), mean, var])
+            *_, mean, var = layer.get_weights()  # gamma without scale=False (InceptionV3), beta without center=False
+            drawn = []
+            if layer.scale:
+                drawn.append(rng.uniform(0.5, 1.5, mean.shape).astype(np.float32))
+            if layer.center:
+                drawn.append(rng.normal(0.1, 0.2, mean.shape).astype(np.float32))
+            layer.set_weights([*drawn, mean, var])
             layer.momentum = 0.0
     model(rng.uniform(-1, 1, (8, size, size, 3)).astype(np.float32), training=True)
     return model

@@ -245,6 +245,36 @@ def test_int16_add_and_sub_match_official(op, scales, pot_option):
     check_op_model(model, xs)
 
 
+RESNET50_16X8_ADD = (0.0002946257882285863, 0.00023227925703395158, 0.0002946257882285863)
+
+
+@pytest.mark.parametrize("scales,x,y", [
+    (RESNET50_16X8_ADD, [-4650], [6226]),  # a 16x8 ResNet50's residual ADD: the scalar path rounds twice
+    ((1.0, 1.5 * 2 ** -15, 2 ** -13), [0], [-2, 2, -6, 6, -10, -3, -1, 1, -14, 14, -18, 18, 10]),  # no shift
+    ((1.0, 1.5 * 2 ** -17, 2 ** -13), [0], [-5, -4, -3, -2, -1, 1, 2, 3, 5, 7, -7, 9, -9]),  # a right shift first
+])
+def test_int16_add_rescales_whole_blocks_of_16_as_the_vector_path_does(scales, x, y):
+    # the first 32 of 40 elements take the optimized kernel's vector path, the last 8 its scalar one; each case
+    # gives different numbers on the two paths (before: the scalar path everywhere, 1 LSB off in the blocks)
+    s1, s2, so = scales
+    model = quantized_binary("ADD", "int16", (s1, 0), (s2, 0), (so, 0), (40,), (40,), pot_scale_int16=False)
+    check_op_model(model, [np.resize(x, 40).astype(np.int16), np.resize(y, 40).astype(np.int16)])
+
+
+DENSENET121_INT8_ADD = ((0.07964323461055756, -1), (0.037775859236717224, 6), (0.027179855853319168, -128))
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [((1, 3, 20), (1, 3, 20)), ((1, 3, 20), (1, 1, 20)),
+                                             ((1, 1, 20), (1, 3, 20)), ((2, 3, 20), (20,))])
+def test_int8_add_rescales_whole_blocks_of_16_of_each_row_as_the_vector_path_does(x_shape, y_shape):
+    # 55 + 25 at a full-integer DenseNet121's per-channel ADD: 62 on the vector path, 63 on the scalar one; without
+    # broadcast the blocks run over the whole tensor (48 of 60 elements), with a row broadcast over each row (16
+    # of 20)
+    qx, qy, qo = DENSENET121_INT8_ADD
+    model = quantized_binary("ADD", "int8", qx, qy, qo, x_shape, y_shape, fused_activation_function="RELU")
+    check_op_model(model, [np.full(x_shape, 55, np.int8), np.full(y_shape, 25, np.int8)])
+
+
 def test_int16_pot_add_saturates_like_official():
     x = np.array([32767, -32768, 30000, -30000, 5], np.int16)
     y = np.array([32767, -32768, 30000, 1, -7], np.int16)

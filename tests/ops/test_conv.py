@@ -303,6 +303,24 @@ def test_float_conv2d_equals_the_builtin_kernel_bit_for_bit(geometry):
     assert_builtin_bits(read_model(to_bytes(b.build())), [random_input(x_shape, seed=4)])
 
 
+def test_a_first_layer_on_an_image_keeps_the_builtin_order_past_the_in_order_limit(monkeypatch):
+    """A convolution over 3 channels (ResNet50's 7x7 stem, 118 M multiply-adds, past IN_ORDER_MAX_MACS: its
+    rounding put the model 2.1e-5 of its largest output from the builtin kernels') sums in the builtin order
+    whatever its size; the limit is lowered here so that a small one stands for it."""
+    import litegpu.ops.conv as conv
+
+    monkeypatch.setattr(conv, "IN_ORDER_MAX_MACS", 1000)
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input("x", (1, 32, 32, 3))
+    k = b.constant("w", rng.standard_normal((16, 7, 7, 3)).astype(np.float32))
+    bias = b.constant("bias", rng.standard_normal(16).astype(np.float32))
+    y = b.tensor("y", (1, 16, 16, 16))
+    b.op("CONV_2D", [x, k, bias], [y], padding="SAME", stride_h=2, stride_w=2, fused_activation_function="RELU")
+    b.output(y)
+    assert_builtin_bits(read_model(to_bytes(b.build())), [random_input((1, 32, 32, 3), seed=8)])
+
+
 @pytest.mark.parametrize("multiplier,stride,padding", [(1, 1, "SAME"), (1, 2, "SAME"), (2, 1, "VALID")])
 def test_float_depthwise_equals_the_builtin_kernel_bit_for_bit(multiplier, stride, padding):
     """The builtin float DEPTHWISE_CONV_2D starts each output at its bias and adds the taps in order."""

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from oracle import check_op_model, full_range as full_range_input, random_input
+from oracle import assert_builtin_bits, check_op_model, full_range as full_range_input, random_input
 
 from litegpu.backends import ReferenceBackend
 from litegpu.errors import LiteGpuError
@@ -45,6 +45,20 @@ def test_pool_fused_activation(name, activation):
 def test_global_pool_window_covers_input(name):
     shape = (2, 7, 7, 4)
     check_op_model(pool_model(name, shape, (7, 7), (1, 1), "VALID"), [random_input(shape)])
+
+
+@pytest.mark.parametrize("window,stride,padding", [((2, 2), (2, 2), "VALID"), ((3, 3), (2, 2), "SAME"),
+                                                    ((3, 3), (1, 1), "SAME")])
+def test_float_average_pool_equals_the_builtin_kernel_bit_for_bit(window, stride, padding):
+    """The builtin float AVERAGE_POOL_2D adds each window's pixels in order, then divides by their count: BUILTIN
+    mode takes that order (XLA's window sum is an ulp away on some outputs, which the next dynamic-range layer's
+    int8 rounding of its input turned into 6.3e-3 of a DenseNet121's largest output)."""
+    from litegpu.ir import read_model
+    from litegpu.ir.save import to_bytes
+
+    shape = (1, 16, 16, 64)
+    model = read_model(to_bytes(pool_model("AVERAGE_POOL_2D", shape, window, stride, padding)))
+    assert_builtin_bits(model, [random_input(shape, seed=9, low=-3, high=7)])
 
 
 def test_pool_rejects_window_larger_than_valid_input():

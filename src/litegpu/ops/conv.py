@@ -107,16 +107,29 @@ class Conv2D(Op):
 
 
 def _conv_in_order_affordable(ctx: OpContext, x_shape: tuple, w_shape: tuple) -> bool:
-    """Whether CONV_2D takes the builtin kernel's depth order: not past IN_ORDER_MAX_MACS, and not dilated (the
-    builtin kernel's dilated im2col GEMM sums in another order, not found: none of the six (row, column, channel)
-    orders, nor 2 to 8 interleaved partial sums, gave its bits)."""
+    """Whether CONV_2D takes the builtin kernel's depth order: not dilated (the builtin kernel's dilated im2col
+    GEMM sums in another order, not found: none of the six (row, column, channel) orders, nor 2 to 8 interleaved
+    partial sums, gave its bits), and either not past IN_ORDER_MAX_MACS or a layer that reads an image
+    (``_reads_an_image``) whatever its size."""
     strides, dilations, pads = _geometry(ctx, x_shape, w_shape)
     if dilations != (1, 1):
         return False
     cout, kh, kw, cin_g = w_shape
     out_hw = _output_sizes(ctx, x_shape[1:3], (kh, kw), strides, dilations, pads)
     rows = x_shape[0] * out_hw[0] * out_hw[1]
-    return rows * kh * kw * cin_g * cout <= IN_ORDER_MAX_MACS  # the im2col GEMM's multiply-adds
+    return rows * kh * kw * cin_g * cout <= IN_ORDER_MAX_MACS or _reads_an_image(w_shape)  # im2col multiply-adds
+
+
+def _reads_an_image(w_shape: tuple) -> bool:
+    """A convolution over at most 4 channels (a network's first layer, on an image) with at most
+    MAX_IM2COL_TAPS taps: its depth is short (147 for a 7x7 RGB stem), so the in-order sum's one pass over the
+    output per depth step stays cheap at any image size, and its rounding reaches every layer after it.  Measured
+    on ResNet50's 118 M-MAC 7x7 stem, past IN_ORDER_MAX_MACS: XLA's dot left the output 2.1e-5 of its largest
+    value from the builtin kernels', the in-order sum 3.6e-6, at about the same first-call and steady-call cost
+    (BENCHMARKS.md, "The fidelity sweep"); raising IN_ORDER_MAX_MACS to 2^27 for all convolutions gave 4.0e-6
+    but 1.3x the first call and 1.6x the steady call."""
+    cout, kh, kw, cin_g = w_shape
+    return cin_g <= 4 and kh * kw <= MAX_IM2COL_TAPS
 
 
 def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
