@@ -148,3 +148,27 @@ def test_generate_gives_the_same_tokens_with_buckets_on_and_off(name, monkeypatc
         got[setting] = (litegpu.generate(model, [5, 9, 2, 7, 11], 40, chunk_tokens=8),
                         litegpu.generate(model, [5, 9, 2, 7, 11], 40, chunk_tokens=8, temperature=1.0, seed=3))
     assert got["16"] == got["0"]
+
+
+@pytest.mark.slow
+def test_the_batched_step_reads_the_bucket_of_its_furthest_slot_with_the_same_tokens_and_caches():
+    from litegpu.backends.xla.batched_decode import COUNTER, POSITION, BatchedDecode
+
+    model, backend, layout = _decoder("smollm_tiny_fp16")
+    rng = np.random.default_rng(2)
+    per_layer = [rng.normal(size=shape).astype(dtype) for shape, dtype in
+                 ((layout.input_specs[at][0], layout.input_specs[at][1]) for at, _ in layout.caches)]
+    fed = np.zeros((4, 2), np.int32)
+    fed[POSITION], fed[COUNTER] = (3, 12), (0, 0)
+    got = {}
+    for smallest in (0, 16):
+        batched = BatchedDecode(backend, layout, steps=2, smallest_rows=smallest)
+        state = batched.empty(2)
+        for slot in (0, 1):
+            state = batched.insert(state, slot, batched.stacked(per_layer), 5 + slot)
+        picked, state = batched.step(state, fed, np.zeros((2, 2), np.float32), False)
+        got[smallest] = np.asarray(picked), [np.asarray(c) for c in state.caches]
+    assert BatchedDecode(backend, layout, smallest_rows=16).rows_for(12, 2) == 16
+    np.testing.assert_array_equal(got[16][0], got[0][0])
+    for a, b in zip(got[16][1], got[0][1]):
+        np.testing.assert_array_equal(a, b)

@@ -77,10 +77,10 @@ class BatchedDecode(CarriedCaches):
     """Decode steps for ``slots`` sequences at once, ``steps`` of them per launch (see the module docstring).
     Thread-safe."""
 
-    def __init__(self, backend: Any, layout: StepLayout, steps: int = 1):
+    def __init__(self, backend: Any, layout: StepLayout, steps: int = 1, smallest_rows: int | None = None):
         if steps < 1:
             raise ValueError(f"a launch makes at least one step, not {steps}")
-        super().__init__(backend, layout)
+        super().__init__(backend, layout, smallest_rows)
         self.steps = int(steps)
         self._programs = _PROGRAMS.setdefault(backend, {})
         self._lock = threading.RLock()  # the sampled step compiles the greedy one first
