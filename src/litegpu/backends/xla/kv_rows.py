@@ -155,10 +155,11 @@ class _Walk:
     def __init__(self, model: Model, plan: RowPlan):
         self.model, self.plan = model, plan
 
-    def subgraph(self, sg: Subgraph, cut: Mapping[int, int], cut_reads: Mapping[int, int] = {}) -> dict[int, int]:
+    def subgraph(self, sg: Subgraph, cut: Mapping[int, int],
+                 cut_reads: Mapping[int, int] | None = None) -> dict[int, int]:
         """Walk ``sg`` with tensors ``cut`` (tensor -> axis) already cut and ``cut_reads`` cut where read; returns
         the subgraph outputs that come out cut (tensor -> axis)."""
-        cut = dict(cut)
+        cut, cut_reads = dict(cut), cut_reads or {}
         for op_index in execution_order(sg, self.model.source):
             op = sg.operators[op_index]
             read: dict[int, int] = {}
