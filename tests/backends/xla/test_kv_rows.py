@@ -10,7 +10,7 @@ import pytest
 
 from litegpu.backends.xla.backend import XlaBackend
 from litegpu.backends.xla.device import jax_module
-from litegpu.backends.xla.generate import DecodeLoop, decode_layout
+from litegpu.backends.xla.generate import DecodeLoop, StepLayout, decode_layout
 from litegpu.backends.xla.kv_rows import ROWS_ENV, RowPlan, plan_or_reason, row_buckets, rows_for, smallest_rows_setting
 from litegpu.errors import InvalidArgumentError
 from litegpu.ir import read_model
@@ -119,6 +119,11 @@ def test_a_graph_that_bakes_the_cache_length_in_keeps_the_whole_cache_and_says_w
     assert plan is None and "RESHAPE" in reason and "merges or splits the cache's positions axis" in reason
     plan, reason = plan_or_reason(_baked_model(merge=False), 0, [0], 4)
     assert plan is None and "SUM" in reason and "needs its full length" in reason
+    model = _baked_model(merge=True)
+    layout = StepLayout((((1, 8, 4), "float32"), ((1, 1, 4), "float32"), ((3,), "int32")), 1, 2, None, ((0, 0),), 1, 8)
+    with pytest.warns(RuntimeWarning, match="whole KV cache at every position: .*RESHAPE"):
+        loop = DecodeLoop(XlaBackend(model), layout, smallest_rows=4)
+    assert loop.buckets == (8,) and "merges or splits" in loop.full_cache_reason and loop.rows_for(0, 1) is None
     no_update = ModelBuilder()
     x = no_update.input("cache", (1, 8, 4))
     no_update.output(_op(no_update, "NEG", [x], (1, 8, 4)))

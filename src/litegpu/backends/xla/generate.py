@@ -30,6 +30,7 @@ each cache, a bucket of ``kv_rows.row_buckets`` just past the chunk's last posit
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -156,7 +157,9 @@ class CarriedCaches:
             plan, reason = plan_or_reason(self.backend.model, self.backend.subgraph_index,
                                           [at for at, _ in self.layout.caches], buckets[0])
             if plan is None:
-                return (full,), f"the attention reads the whole cache: {reason}"
+                reason = f"the decode steps read the whole KV cache at every position: {reason}"
+                warnings.warn(f"{self.backend.model.source}: {reason}", RuntimeWarning, stacklevel=4)
+                return (full,), reason
             self._plans[buckets[0]] = plan
         return buckets, ""
 
