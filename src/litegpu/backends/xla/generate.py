@@ -30,6 +30,7 @@ each cache, a bucket of ``kv_rows.row_buckets`` just past the chunk's last posit
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ import numpy as np
 
 from ...errors import SignatureError
 from ...ir import Model, numpy_dtype
-from .kv_rows import RowPlan, cache_rows, plan_or_reason, row_buckets, rows_for, smallest_rows_setting
+from .kv_rows import RowPlan, cache_rows, plan_or_reason, row_buckets, smallest_rows_setting
+from .kv_rows import rows_for as bucket_holding
 
 MASKED = -1            # a token slot after a stop token, or past the tokens asked for
 DEFAULT_CHUNK = 16     # decode steps per launch (BENCHMARKS.md "GPU": per-token cost against chunk size)
@@ -168,7 +170,7 @@ class CarriedCaches:
         whole cache (no buckets, or a position known only on the device)."""
         if not self.buckets or not isinstance(position, (int, np.integer)):
             return None
-        rows = rows_for(min(int(position) + steps, self.buckets[-1]), self.buckets)
+        rows = bucket_holding(min(int(position) + steps, self.buckets[-1]), self.buckets)
         return None if rows == self.buckets[-1] else rows
 
     def row_plan(self, rows: int | None) -> RowPlan | None:
@@ -312,8 +314,6 @@ class DecodeLoop(CarriedCaches):
         return self._jitted(rows).lower(self.backend.params, *self._specs())
 
     def _jitted(self, rows: int | None = None) -> Any:
-        import functools
-
         jax = self.backend.jax
         sharding = self.backend.state.sharding
         from jax.experimental.layout import Format
