@@ -410,6 +410,21 @@ def streamed(model: Any, prompt: list[int], n: int, options: dict) -> tuple[list
     return tokens, arrivals
 
 
+def bucket_rows_read(position: int, steps: int, chunk: int, max_len: int) -> float | None:
+    """The KV-cache rows a token's attention reads on average over ``steps`` tokens from ``position``, where the
+    device loop attends over a bucket of the cache (``backends.xla.kv_rows``, chunks of ``chunk``); None where it
+    reads the whole cache (buckets off, one token per launch, or code from before buckets)."""
+    try:
+        from litegpu.backends.xla.kv_rows import row_buckets, rows_for, smallest_rows_setting
+    except ImportError:
+        return None
+    smallest = smallest_rows_setting()
+    if smallest is None or chunk < 1:
+        return None
+    buckets = row_buckets(max_len, smallest)
+    return statistics.mean(rows_for(min(position + k - k % chunk + chunk, max_len), buckets) for k in range(steps))
+
+
 def decode_at(model: Any, prompt: list[int], steps: int, repeats: int, options: dict, chunk: int) -> dict:
     """Decode time per token after ``prompt`` (the first new token is fed at position ``len(prompt)``).
 
@@ -511,15 +526,19 @@ def cmd_decode(args: argparse.Namespace) -> dict:
         bandwidth = measure_bandwidth(device, int(args.bandwidth_gb * 1e9), 10)
         bound = bandwidth["bandwidth_Bps"] / read_bytes
         for row in at:
+            rows = bucket_rows_read(row["position"], steps, chunk, config.max_len)
+            row["kv_rows_read_per_token"] = rows if rows is not None else config.max_len
+            row["bytes_read_per_token"] = read_bytes - kv_cache_bytes(config) * (1 - row["kv_rows_read_per_token"]
+                                                                                 / config.max_len)
             row["tokens_per_s"] = 1 / row["s_per_token"]
-            row["fraction_of_bound"] = row["tokens_per_s"] / bound
-            row["bound_s_per_token"] = 1 / bound
+            row["bound_s_per_token"] = row["bytes_read_per_token"] / bandwidth["bandwidth_Bps"]
+            row["fraction_of_bound"] = row["bound_s_per_token"] / row["s_per_token"]
         per_token_s = at[0]["s_per_token"]
         result = {
             "machine": machine(device), "config": repr(config), "file_bytes": path.stat().st_size,
             "weight_bytes": weight_bytes, "device_weight_bytes": on_device, "precision": args.precision,
             "kv_cache_bytes": kv_cache_bytes(config), "bytes_read_per_token": read_bytes,
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""), "kv_buckets": os.environ.get("LITEGPU_KV_BUCKETS", ""),
             "plan": model.plan.summary(), "load_s": load_s, "first_generate_s": compile_s, "decode_steps": steps,
             "positions": at, "decode_s_per_token": per_token_s, "tokens_per_s": 1 / per_token_s,
             "bandwidth": bandwidth,
@@ -552,7 +571,8 @@ def cmd_decode(args: argparse.Namespace) -> dict:
     for row in at:
         print(f"| position {row['position']}: decode, median of {args.repeats} x {steps} tokens (chunk {chunk}) | "
               f"{row['s_per_token'] * 1e3:.3f} ms/token = {row['tokens_per_s']:.1f} tokens/s, "
-              f"**{row['fraction_of_bound']:.2f} of the bound**; difference measure "
+              f"**{row['fraction_of_bound']:.2f} of the bound** ({row['bound_s_per_token'] * 1e3:.3f} ms: "
+              f"{row['kv_rows_read_per_token']:.0f} cache rows read a token); difference measure "
               f"{row['difference_s_per_token'] * 1e3:.3f}; token by token {row['token_by_token_s_per_token'] * 1e3:.3f} "
               f"ms/token; tokens equal: {row['equal_to_token_by_token']} |")
     if host_per_token_s is not None:

@@ -3,7 +3,8 @@
 XLA's GPU compiler runs without a device when it is given the card's description (``litegpu.backends.xla.deviceless``).
 For every program litegpu would run on the GPU for a model (each signature, or each GPU partition of a split plan;
 for LLM decoders also the generation loop and continuous batching's batched decode step at 8, 32 and 64 sequences,
-``--batched-slots``), it prints: the kernels a call launches, the device bytes of the weights
+``--batched-slots``; with the programs of the cache buckets that decode at ``--positions`` attends over,
+``backends.xla.kv_rows``), it prints: the kernels a call launches, the device bytes of the weights
 against the weight bytes in the file, the temporary bytes of a call, how many constant elements are compiled into
 the program (a weight compiled in as a constant is a compile-time and memory problem), and every weight that some
 buffer of the program holds wider than stored (a converted copy: an int8 weight materialized as float32).  It times
@@ -281,8 +282,10 @@ def file_bytes_read(sg: Any, ops: Any, original: Any) -> int:
 
 
 def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, hlo_dir: Path | None = None,
-                generation: bool = True, batched_slots: tuple[int, ...] = ()) -> list[ProgramReport]:
-    """Compile every GPU program litegpu makes for ``model`` (an ``ir.Model``) for ``target``; one report each."""
+                generation: bool = True, batched_slots: tuple[int, ...] = (),
+                positions: tuple[int, ...] = (), signatures: bool = True) -> list[ProgramReport]:
+    """Compile every GPU program litegpu makes for ``model`` (an ``ir.Model``) for ``target``; one report each
+    (``signatures`` False: the generation programs only)."""
     from litegpu.backends.xla.backend import XlaBackend
     from litegpu.backends.xla.state import XlaState, array_bytes
     from litegpu.compile import CPU, GPU
@@ -298,14 +301,14 @@ def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, 
     state = XlaState(compiled_model, target, XlaBackend.storage_dtype(precision))
     jobs: list[tuple[str, Any, Any]] = []  # (program name, backend, (sg, inputs, ops))
     if whole:
-        for sig in compiled_model.signatures or []:
+        for sig in compiled_model.signatures if signatures else []:
             backend = XlaBackend(compiled_model, sig.subgraph_index, "gpu", precision=precision, state=state)
             sg = compiled_model.subgraphs[sig.subgraph_index]
             for k, part in enumerate(backend.parts or [backend]):
                 label = sig.key + (f" part {k + 1}/{len(backend.parts)}" if backend.parts else "")
                 jobs.append((label, part, (sg, part.op_range.inputs if part.op_range else sg.inputs,
                                            part.op_range.op_indices if part.op_range else range(len(sg.operators)))))
-        if not compiled_model.signatures:
+        if not compiled_model.signatures and signatures:
             backend = XlaBackend(compiled_model, 0, "gpu", precision=precision, state=state)
             sg = compiled_model.subgraphs[0]
             jobs.append(("subgraph 0", backend, (sg, sg.inputs, range(len(sg.operators)))))
@@ -342,14 +345,17 @@ def programs_of(model: Any, name: str, target: Any, precision: str = "fp32", *, 
             found["widened"], time.perf_counter() - started,
             "" if whole else f"split plan: {chosen.summary() if hasattr(chosen, 'summary') else ''}"))
     if whole and generation:
-        reports.extend(_generation_programs(model, name, compiled_model, state, precision, hlo_dir, batched_slots))
+        reports.extend(_generation_programs(model, name, compiled_model, state, precision, hlo_dir, batched_slots,
+                                            positions))
     return reports
 
 
 def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any, precision: str,
-                         hlo_dir: Path | None, slots: tuple[int, ...] = ()) -> list[ProgramReport]:
+                         hlo_dir: Path | None, slots: tuple[int, ...] = (),
+                         positions: tuple[int, ...] = ()) -> list[ProgramReport]:
     """The device-side generation loop of an LLM (prefill/decode signatures: ``backends.xla.generate``), and the
-    batched decode step of continuous batching at each of ``slots`` sequences (``backends.xla.batched_decode``)."""
+    batched decode step of continuous batching at each of ``slots`` sequences (``backends.xla.batched_decode``);
+    then the same programs for the cache rows (buckets) that decode at each of ``positions`` attends over."""
     from litegpu.backends.xla.backend import XlaBackend
     from litegpu.backends.xla.state import array_bytes
     from litegpu.backends.xla.batched_decode import deviceless_batched_programs
@@ -358,10 +364,12 @@ def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any,
     chunk = DEFAULT_CHUNK
     reports = []
     options = XlaBackend(compiled_model, 0, "gpu", precision=precision, state=state).compiler_options
-    programs = [(label, lowered, keys, 1)
-                for label, lowered, keys in deviceless_generation_programs(compiled_model, state, precision, chunk)]
+    programs = [(label, lowered, keys, 1, rows) for label, lowered, keys, rows
+                in deviceless_generation_programs(compiled_model, state, precision, chunk, positions)]
     programs += deviceless_batched_programs(compiled_model, state, precision, slots) if slots else []
-    for label, lowered, keys, sequences in programs:
+    for position in positions[:1] if slots else ():  # the buckets at the first position (every sequence there)
+        programs += deviceless_batched_programs(compiled_model, state, precision, slots, position)
+    for label, lowered, keys, sequences, rows in programs:
         started = time.perf_counter()
         compiled = lowered.compile(compiler_options=options)
         sig = next(s for s in compiled_model.signatures if s.key == "decode")
@@ -373,11 +381,11 @@ def _generation_programs(model: Any, name: str, compiled_model: Any, state: Any,
                                sum(array_bytes(state.params[k]) for k, _ in keys),
                                file_bytes_read(sg, range(len(sg.operators)), model), found["temp_bytes"],
                                found["constant_elements"], found["widened"], time.perf_counter() - started)
-        weights, caches = read_per_token(compiled_model, report)
+        weights, caches = read_per_token(compiled_model, report, rows)
         if sequences == 1:
-            report.token = token_cost(name, chunk, weights, caches, compiled.as_text())
+            report.token = token_cost(f"{name} {label}", chunk, weights, caches, compiled.as_text())
         else:
-            report.token = batched_token_cost(f"{name} x{sequences}", sequences, weights, caches, compiled.as_text())
+            report.token = batched_token_cost(f"{name} {label}", sequences, weights, caches, compiled.as_text())
         reports.append(report)
     return reports
 
@@ -512,10 +520,11 @@ def _constants_behind(sg: Any, made_by: dict, index: int) -> list[Any]:
     return found
 
 
-def read_per_token(model: Any, report: ProgramReport) -> tuple[int, int]:
+def read_per_token(model: Any, report: ProgramReport, rows: int | None = None) -> tuple[int, int]:
     """(weight bytes, KV-cache bytes) a decode token reads: every weight the decode program holds but an
     embedding table (an EMBEDDING_LOOKUP / GATHER reads one row of it), and every row of every cache (inputs the
-    decode signature also returns)."""
+    decode signature also returns), or their first ``rows`` rows where the program attends over a bucket (its
+    attention reads the caches cut to them: ``backends.xla.kv_rows``; counted from the model, as the rest)."""
     sig = next(s for s in model.signatures if s.key == "decode")
     sg = model.subgraphs[sig.subgraph_index]
     outputs = {t.name for t in sig.outputs}
@@ -532,7 +541,15 @@ def read_per_token(model: Any, report: ProgramReport) -> tuple[int, int]:
         table = op.inputs[1] if op.opcode_name == "EMBEDDING_LOOKUP" else op.inputs[0]
         for t in _constants_behind(sg, made_by, table):  # a table made float (DEQUANTIZE, scales) is read a row
             looked_up += storage_bytes(t.dtype, t.num_elements) * (1 - 1 / max(1, t.shape[0]))
+    if rows is not None:
+        cache = cache * rows // _cache_length(model)
     return int(report.weight_bytes - looked_up), int(cache)
+
+
+def _cache_length(model: Any) -> int:
+    from litegpu.backends.xla.generate import decode_layout
+
+    return decode_layout(model).max_len
 
 
 # ---- the table --------------------------------------------------------------------------------------
@@ -596,8 +613,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", action="store_true", help="lower with the GPU's rules, compile for the host CPU "
                         "(no CUDA plugin needed; kernels and temporaries are then the CPU's)")
     parser.add_argument("--no-generation", action="store_true", help="skip the LLM generation-loop programs")
+    parser.add_argument("--generation-only", action="store_true",
+                        help="only the LLM generation-loop programs (not each signature's)")
     parser.add_argument("--batched-slots", type=int, nargs="*", default=[8, 32, 64],
                         help="sequences of continuous batching's decode step to compile for LLMs (none: skip it)")
+    parser.add_argument("--positions", type=int, nargs="*", default=[128, 2048],
+                        help="decode positions whose cache bucket's programs to compile too (backends.xla.kv_rows; "
+                        "the batched decode's at the first)")
     parser.add_argument("--max-constant-elements", type=int, default=MAX_CONSTANT_ELEMENTS)
     parser.add_argument("--bandwidth-gbs", type=float, default=BANDWIDTH_GBS, help="for the per-token estimate")
     parser.add_argument("--launch-us", type=float, default=LAUNCH_US, help="for the per-token estimate")
@@ -616,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, load in sources:
         model = load()
         found = programs_of(model, label, target, args.precision, hlo_dir=args.hlo,
-                            generation=not args.no_generation, batched_slots=tuple(args.batched_slots))
+                            generation=not args.no_generation, batched_slots=tuple(args.batched_slots),
+                            positions=tuple(args.positions), signatures=not args.generation_only)
         for r in found:
             flag = "; ".join(r.problems(args.max_constant_elements)) or "ok"
             print(f"  {r.model} {r.program}: {r.kernels} kernels ({r.loop_kernels} in loops), weights "

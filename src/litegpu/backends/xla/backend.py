@@ -213,18 +213,21 @@ class XlaBackend(SubgraphProgram):
     def _consuming_program(self) -> Any:
         return self.jax.jit(self._trace_consuming, donate_argnums=(3,), **self._jit_options)
 
-    def trace(self, params: dict, variables: dict, inputs: list) -> tuple[list, dict]:
+    def trace(self, params: dict, variables: dict, inputs: list, row_plan: Any = None) -> tuple[list, dict]:
         """The subgraph (or partition) as a function of JAX values: (outputs, variables), for programs that
-        contain it (``xla_generate``'s decode loop).  The inputs are in the subgraph's order."""
-        return self._trace(params, variables, inputs)
+        contain it (``xla_generate``'s decode loop).  The inputs are in the subgraph's order.  ``row_plan``
+        (a ``kv_rows.RowPlan``): the attention reads only the caches' first rows."""
+        return self._trace(params, variables, inputs, row_plan=row_plan)
 
-    def trace_stacked(self, params: dict, variables: dict, inputs: list, stacks: dict) -> tuple[list, dict, dict]:
+    def trace_stacked(self, params: dict, variables: dict, inputs: list, stacks: dict,
+                      row_plan: Any = None) -> tuple[list, dict, dict]:
         """``trace`` where the per-block inputs of the subgraph's repeated blocks (``stacked_inputs``) come stacked,
         as ``stacks`` (template tensor -> [blocks, ...]), their own places in ``inputs`` None; also returns the
         stacks as the blocks left them (a KV cache updated in place).  The decode loop carries its caches so: one
         stack for the whole generation, never copied per step."""
         runner_stacks: dict = {}
-        outputs, variables = self._trace(params, variables, inputs, given_stacks=stacks, final_stacks=runner_stacks)
+        outputs, variables = self._trace(params, variables, inputs, given_stacks=stacks, final_stacks=runner_stacks,
+                                         row_plan=row_plan)
         return outputs, variables, runner_stacks
 
     def stacked_inputs(self) -> dict[int, tuple[int, ...]]:
@@ -239,18 +242,19 @@ class XlaBackend(SubgraphProgram):
                 if t0 in updated and all(t in sg.inputs for t in per_block)}
 
     def _trace(self, params: dict, variables: dict, inputs: list, *, given_stacks: dict | None = None,
-               final_stacks: dict | None = None) -> tuple[list, dict]:
+               final_stacks: dict | None = None, row_plan: Any = None) -> tuple[list, dict]:
         # on the CPU the quantization steps divide as the builtin kernels' C does (ops._fixedpoint)
         with exact_divisions(self.target is Target.XLA_CPU):
-            return self._trace_ops(params, variables, inputs, given_stacks=given_stacks, final_stacks=final_stacks)
+            return self._trace_ops(params, variables, inputs, given_stacks=given_stacks, final_stacks=final_stacks,
+                                   row_plan=row_plan)
 
     def _trace_ops(self, params: dict, variables: dict, inputs: list, *, given_stacks: dict | None = None,
-                   final_stacks: dict | None = None) -> tuple[list, dict]:
+                   final_stacks: dict | None = None, row_plan: Any = None) -> tuple[list, dict]:
         sg = self.subgraph
         runner = _XlaRunner(self.model, self.target, params=params, state=self.state,
                             constant=lambda sg_index, t: self._to_storage(t.data, t), variables=dict(variables),
                             storage=self.policy.storage_dtype, compute=self.policy.compute_dtype)
-        runner.given_stacks, runner.final_stacks = given_stacks or {}, final_stacks
+        runner.given_stacks, runner.final_stacks, runner.row_plan = given_stacks or {}, final_stacks, row_plan
         edge_in, edge_out = (sg.inputs, sg.outputs) if self.op_range is None else (
             self.op_range.inputs, self.op_range.outputs)
         inputs = [None if x is None else self._to_storage(x, sg.tensors[t]) for x, t in zip(inputs, edge_in)]

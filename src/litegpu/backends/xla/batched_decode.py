@@ -23,10 +23,14 @@ count of tokens sampled on the device, so a seed gives the same tokens whichever
 shares (``xla_generate``'s single-sequence loop draws the same ones).  Programs where every slot is greedy skip
 the sorting that top-k and top-p need.  The caches are carried in the layout XLA picks for the greedy step
 program (``Layout.AUTO``, as ``xla_generate`` explains); the other programs take and give that layout.
+
+As in ``xla_generate``'s loop, a launch's attention reads the caches' first rows only, a bucket just past the
+furthest position any slot reaches in it (``kv_rows``), one program per bucket.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from dataclasses import dataclass
@@ -73,10 +77,10 @@ class BatchedDecode(CarriedCaches):
     """Decode steps for ``slots`` sequences at once, ``steps`` of them per launch (see the module docstring).
     Thread-safe."""
 
-    def __init__(self, backend: Any, layout: StepLayout, steps: int = 1):
+    def __init__(self, backend: Any, layout: StepLayout, steps: int = 1, smallest_rows: int | None = None):
         if steps < 1:
             raise ValueError(f"a launch makes at least one step, not {steps}")
-        super().__init__(backend, layout)
+        super().__init__(backend, layout, smallest_rows)
         self.steps = int(steps)
         self._programs = _PROGRAMS.setdefault(backend, {})
         self._lock = threading.RLock()  # the sampled step compiles the greedy one first
@@ -136,43 +140,42 @@ class BatchedDecode(CarriedCaches):
         (rows ``POSITION`` and ``COUNTER`` of the first step, ``TOP_K``, ``SEED``), ``floats`` float32 [2, slots]
         (``TEMPERATURE``, ``TOP_P``); ``sampled``: whether any slot samples.  ``state``'s caches are consumed.
         Returns (the tokens picked, int32 [steps, slots] on the device, and the state for the next launch)."""
-        program = self.program(state.slots, sampled)
+        rows = self.rows_for(int(np.max(fed[POSITION])), self.steps)
+        program = self.program(state.slots, sampled, rows)
         picked, last, caches = program(self.backend.params, state.caches, state.tokens, fed, floats)
         return picked, BatchState(caches, last)
 
-    def program(self, slots: int, sampled: bool) -> Any:
-        """The compiled step for ``slots`` slots (in the compile cache when the model has one)."""
-        what = ("step", slots, self.steps, sampled, self.layout, self.groups)
+    def program(self, slots: int, sampled: bool, rows: int | None = None) -> Any:
+        """The compiled step for ``slots`` slots (in the compile cache when the model has one); ``rows``: the
+        program whose attention reads the caches' first ``rows`` rows (None: all)."""
+        what = ("step", slots, self.steps, sampled, self.layout, self.groups, rows)
         with self._lock:
             if what not in self._programs:
+                key = {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
+                       "stacked_caches": repr(self.groups),
+                       # the program bakes the carried caches' layout in: an entry made for another cannot be used
+                       "carried_layout": repr(self.carried_layout())}
+                if rows is not None:  # the whole cache's programs keep the keys they had before buckets
+                    key.update(kv_rows=rows, carried_formats=repr(self.formats(slots)))
                 self._programs[what] = self.backend.compile_program(
-                    self._jitted(slots, sampled), self._specs(slots),
-                    {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
-                     "stacked_caches": repr(self.groups),
-                     # the program bakes the carried caches' layout in: an entry made for another cannot be used
-                     "carried_layout": repr(self.carried_layout())})
+                    self._jitted(slots, sampled, rows), self._specs(slots), key)
             return self._programs[what]
 
-    def lowered(self, slots: int, sampled: bool = False) -> Any:
+    def lowered(self, slots: int, sampled: bool = False, rows: int | None = None) -> Any:
         """The launch's program lowered (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here)."""
-        return self._jitted(slots, sampled).lower(self.backend.params, *self._specs(slots))
+        return self._jitted(slots, sampled, rows).lower(self.backend.params, *self._specs(slots))
 
     def formats(self, slots: int) -> list[Any]:
         """The layout (a ``jax`` Format) of each carried cache of a ``slots`` state: the greedy step's choice."""
         return list(self.program(slots, False).input_formats[0][1])
 
-    def _greedy_steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any) -> tuple:
-        return self._steps(params, caches, tokens, fed, floats, False)
-
-    def _sampled_steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any) -> tuple:
-        return self._steps(params, caches, tokens, fed, floats, True)
-
-    def _steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any, sampled: bool) -> tuple:
+    def _steps(self, params: Any, caches: list, tokens: Any, fed: Any, floats: Any, sampled: bool,
+               rows: int | None) -> tuple:
         jax = self.backend.jax
         jnp = jax.numpy
 
         def one(caches: list, token: Any, position: Any) -> tuple:
-            logits, new_caches = self.decode_step(params, caches, token, position)
+            logits, new_caches = self.decode_step(params, caches, token, position, rows)
             return logits.reshape(-1, logits.shape[-1])[-1], new_caches
 
         def step(i: Any, caches: list, tokens: Any) -> tuple:
@@ -208,16 +211,17 @@ class BatchedDecode(CarriedCaches):
                 jax.ShapeDtypeStruct((4, slots), np.int32, sharding=sharding),
                 jax.ShapeDtypeStruct((2, slots), np.float32, sharding=sharding)]
 
-    def _jitted(self, slots: int, sampled: bool) -> Any:
+    def _jitted(self, slots: int, sampled: bool, rows: int | None = None) -> Any:
         from jax.experimental.layout import Format
 
         jax = self.backend.jax
         sharding = self._sharding
-        if sampled:  # the greedy program's layouts, so that both take the same state
+        if sampled or rows is not None:  # the whole cache's greedy program's layouts: all take the same state
             caches = self.formats(slots)
         else:
             caches = [Format(self.carried_layout(), sharding)] * (len(self.groups) + len(self.loose))
-        return jax.jit(self._sampled_steps if sampled else self._greedy_steps, donate_argnums=(1,),
+        steps = functools.partial(self._steps, sampled=sampled, rows=rows)
+        return jax.jit(steps, donate_argnums=(1,),
                        in_shardings=(sharding, caches, sharding, sharding, sharding),
                        out_shardings=(sharding, sharding, caches))
 
@@ -253,16 +257,20 @@ def _sample(logits: Any, top_k: Any, seed: Any, counter: Any, temperature: Any, 
     return jnp.where(temperature > 0, drawn, greedy)
 
 
-def deviceless_batched_programs(model: Any, state: Any, precision: str = "fp32",
-                                slots: Sequence[int] = (8, 32, 64)) -> list[tuple[str, Any, list, int]]:
-    """(label, lowered program, the weights it reads as (params key, tensor), tokens per call) of the batched decode
-    step of an LLM (litert-torch's signature names) at each slot count, for ``bench/gpu/gpu_compile.py``."""
+def deviceless_batched_programs(model: Any, state: Any, precision: str = "fp32", slots: Sequence[int] = (8, 32, 64),
+                                position: int | None = None) -> list[tuple[str, Any, list, int, int | None]]:
+    """(label, lowered program, the weights it reads as (params key, tensor), tokens per call, the cache rows its
+    attention reads: None for all) of the batched decode step of an LLM (litert-torch's signature names) at each
+    slot count, for ``bench/gpu/gpu_compile.py``; with ``position``, the program of the bucket of every sequence
+    at that position."""
     found = deviceless_decode(model, state, precision)
     if found is None:
         return []
     backend, layout, weights = found
     batched = BatchedDecode(backend, layout)
-    return [(f"batched decode x{n}", batched.lowered(n), weights, n) for n in slots]
+    rows = None if position is None else batched.rows_for(position, batched.steps)
+    at = "" if rows is None else f" at {position} ({rows} rows)"
+    return [(f"batched decode x{n}{at}", batched.lowered(n, rows=rows), weights, n, rows) for n in slots]
 
 
 __all__ = ["BatchState", "BatchedDecode", "bucket_for", "deviceless_batched_programs", "slot_buckets"]

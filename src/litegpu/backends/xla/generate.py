@@ -20,10 +20,18 @@ after the last one lays it back, once a generation.
 
 The loop reads the decode signature's tensors through a ``StepLayout``: which subgraph inputs are the token, its
 position, the causal mask (litert-torch's ``mask_as_input``) and the caches, and which output is the logits.
+
+A token's cost follows the positions filled, not the cache's capacity: a chunk's attention reads the first rows of
+each cache, a bucket of ``kv_rows.row_buckets`` just past the chunk's last position (256, 384, 512, ... rows of a
+4096-row cache), one program per bucket, each taking the caches in the layout of the full cache's program
+(``kv_rows`` says how the graph is traced for fewer rows, and when it cannot be: ``full_cache_reason``).
+``LITEGPU_KV_BUCKETS=0`` reads the whole cache at every step, as the graph says.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +40,8 @@ import numpy as np
 
 from ...errors import SignatureError
 from ...ir import Model, numpy_dtype
+from .kv_rows import RowPlan, cache_rows, plan_or_reason, row_buckets, smallest_rows_setting
+from .kv_rows import rows_for as bucket_holding
 
 MASKED = -1            # a token slot after a stop token, or past the tokens asked for
 DEFAULT_CHUNK = 16     # decode steps per launch (BENCHMARKS.md "GPU": per-token cost against chunk size)
@@ -124,13 +134,53 @@ class CarriedCaches:
     the whole generation (the layer loop updates each in place, and no step copies them), then the other caches.
     The base of the single-sequence ``DecodeLoop`` and of ``xla_batched_decode.BatchedDecode``."""
 
-    def __init__(self, backend: Any, layout: StepLayout):
+    def __init__(self, backend: Any, layout: StepLayout, smallest_rows: int | None = None):
         self.backend, self.layout = backend, layout
         cache_inputs = {at for at, _ in layout.caches}
         self.groups = tuple(sorted((t0, positions) for t0, positions in backend.stacked_inputs().items()
                                    if set(positions) <= cache_inputs))
         grouped = {p for _, positions in self.groups for p in positions}
         self.loose = tuple(k for k, (at, _) in enumerate(layout.caches) if at not in grouped)
+        self._plans: dict[int, RowPlan] = {}
+        self.buckets, self.full_cache_reason = self._row_buckets(smallest_rows)
+
+    # ---- the cache rows a step attends over --------------------------------------------------------
+    def _row_buckets(self, smallest: int | None) -> tuple[tuple[int, ...], str]:
+        """(the cache lengths the steps are compiled for, why only the full one where so; "" otherwise).
+        ``smallest``: the shortest bucket; None: ``$LITEGPU_KV_BUCKETS``'s (256 by default); 0: the full cache."""
+        full = self.layout.max_len
+        if full is None or not self.layout.caches:
+            return (), "the decode signature has no KV cache of known length"
+        smallest = smallest_rows_setting() if smallest is None else (smallest or None)
+        buckets = row_buckets(full, smallest)
+        if smallest is None:
+            return buckets, "turned off ($LITEGPU_KV_BUCKETS=0)"
+        if len(buckets) > 1:
+            plan, reason = plan_or_reason(self.backend.model, self.backend.subgraph_index,
+                                          [at for at, _ in self.layout.caches], buckets[0])
+            if plan is None:
+                reason = f"the decode steps read the whole KV cache at every position: {reason}"
+                warnings.warn(f"{self.backend.model.source}: {reason}", RuntimeWarning, stacklevel=4)
+                return (full,), reason
+            self._plans[buckets[0]] = plan
+        return buckets, ""
+
+    def rows_for(self, position: Any, steps: int) -> int | None:
+        """The cache rows a launch of ``steps`` steps from ``position`` (a host int) attends over; None for the
+        whole cache (no buckets, or a position known only on the device)."""
+        if not self.buckets or not isinstance(position, (int, np.integer)):
+            return None
+        rows = bucket_holding(min(int(position) + steps, self.buckets[-1]), self.buckets)
+        return None if rows == self.buckets[-1] else rows
+
+    def row_plan(self, rows: int | None) -> RowPlan | None:
+        """How a step is traced for the caches' first ``rows`` rows; None for the whole cache."""
+        if rows is None:
+            return None
+        if rows not in self._plans:
+            self._plans[rows] = RowPlan.of(self.backend.model, self.backend.subgraph_index,
+                                           [at for at, _ in self.layout.caches], rows)
+        return self._plans[rows]
 
     def stacked(self, caches: list) -> list:
         """The KV cache (``layout.caches`` order, one array per layer) in the carried form: the stacks of
@@ -155,9 +205,11 @@ class CarriedCaches:
         caches = [((len(positions), *specs[positions[0]][0]), specs[positions[0]][1]) for _, positions in self.groups]
         return caches + [specs[self.layout.caches[k][0]] for k in self.loose]
 
-    def decode_step(self, params: Any, caches: list, token: Any, position: Any) -> tuple[Any, list]:
+    def decode_step(self, params: Any, caches: list, token: Any, position: Any,
+                    rows: int | None = None) -> tuple[Any, list]:
         """Trace one decode step: ``token`` (a scalar) fed at ``position`` (clamped into the cache) with the carried
-        ``caches``; returns (the logits of the subgraph's output, the caches it leaves, carried form)."""
+        ``caches``; returns (the logits of the subgraph's output, the caches it leaves, carried form).  ``rows``:
+        the attention reads the caches' first ``rows`` rows (``position`` must be below), None all of them."""
         jnp = self.backend.jax.numpy
         layout = self.layout
         if layout.max_len:  # steps past the tokens wanted may run past the cache: keep indices in range
@@ -177,10 +229,10 @@ class CarriedCaches:
             inputs[layout.caches[k][0]] = cache
         if self.groups:
             outputs, _, left = self.backend.trace_stacked(
-                params, {}, inputs, {t0: stack for (t0, _), stack in zip(self.groups, stacks)})
+                params, {}, inputs, {t0: stack for (t0, _), stack in zip(self.groups, stacks)}, self.row_plan(rows))
             new_stacks = [left[t0].astype(stack.dtype) for (t0, _), stack in zip(self.groups, stacks)]
         else:
-            outputs, _ = self.backend.trace(params, {}, inputs)
+            outputs, _ = self.backend.trace(params, {}, inputs, self.row_plan(rows))
             new_stacks = []
         new_caches = new_stacks + [outputs[layout.caches[k][1]].astype(c.dtype) for k, c in zip(self.loose, loose)]
         return outputs[layout.logits], new_caches
@@ -205,10 +257,11 @@ class DecodeLoop(CarriedCaches):
     number of stop slots (kept per backend, and in the compile cache when the model has one)."""
 
     def __init__(self, backend: Any, layout: StepLayout, chunk: int = DEFAULT_CHUNK,
-                 sampling: Sampling = Sampling(), stop_tokens: tuple[int, ...] = (), seed: int | None = None):
+                 sampling: Sampling = Sampling(), stop_tokens: tuple[int, ...] = (), seed: int | None = None,
+                 smallest_rows: int | None = None):
         if chunk < 1:
             raise ValueError(f"chunk must be at least 1, got {chunk}")
-        super().__init__(backend, layout)
+        super().__init__(backend, layout, smallest_rows)
         self.chunk = int(chunk)
         self.sampling, self.stop_tokens = sampling, tuple(sorted({int(t) for t in stop_tokens}))
         self.seed = 0 if seed is None else int(seed)
@@ -229,14 +282,14 @@ class DecodeLoop(CarriedCaches):
 
     # ---- the program ----------------------------------------------------------------------------
     def _steps(self, params: Any, caches: list, token: Any, position: Any, step: Any, valid: Any,
-               stopped: Any, seed: Any, temperature: Any, top_p: Any, stops: Any) -> tuple:
+               stopped: Any, seed: Any, temperature: Any, top_p: Any, stops: Any, rows: int | None = None) -> tuple:
         jax = self.backend.jax
         jnp = jax.numpy
         key = jax.random.key(seed)
 
         def body(i: Any, carry: tuple) -> tuple:
             caches, token, stopped, out = carry
-            logits, new_caches = self.decode_step(params, caches, token, position + i)
+            logits, new_caches = self.decode_step(params, caches, token, position + i, rows)
             picked = _pick(jnp, jax, logits, self._shape, jax.random.fold_in(key, step + i), temperature, top_p)
             shown = jnp.where(stopped | (i >= valid), MASKED, picked)
             stopped = stopped | jnp.any(picked == stops)
@@ -255,33 +308,39 @@ class DecodeLoop(CarriedCaches):
                 spec((), np.bool_), spec((), np.int32), spec((), np.float32), spec((), np.float32),
                 spec((_stop_slots(len(self.stop_tokens)),), np.int32)]
 
-    def lowered(self) -> Any:
-        """The program lowered for the layout's shapes (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here)."""
-        return self._jitted().lower(self.backend.params, *self._specs())
+    def lowered(self, rows: int | None = None) -> Any:
+        """The program lowered for the layout's shapes (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here);
+        ``rows``: the program of that bucket (it takes the caches in the full cache's program's layout)."""
+        return self._jitted(rows).lower(self.backend.params, *self._specs())
 
-    def _jitted(self) -> Any:
+    def _jitted(self, rows: int | None = None) -> Any:
         jax = self.backend.jax
         sharding = self.backend.state.sharding
         from jax.experimental.layout import Format
 
-        caches = [Format(self.carried_layout(), sharding)] * (len(self.groups) + len(self.loose))
-        return jax.jit(self._steps, donate_argnums=(1,),
+        if rows is None:
+            caches = [Format(self.carried_layout(), sharding)] * (len(self.groups) + len(self.loose))
+        else:  # the layouts XLA chose for the full cache, so that every bucket's program takes the same caches
+            caches = self.cache_formats()
+        return jax.jit(functools.partial(self._steps, rows=rows), donate_argnums=(1,),
                        in_shardings=(sharding, caches, *[sharding] * 9),
                        out_shardings=(sharding, caches, sharding, sharding))
 
     def cache_formats(self) -> list[Any]:
-        """The layout (a ``jax`` Format) of each carried cache as the compiled program takes and returns it."""
+        """The layout (a ``jax`` Format) of each carried cache as the compiled programs take and return it: the
+        full cache's program's (compiled first)."""
         return list(self._program().input_formats[0][1])
 
-    def _program(self) -> Any:
+    def _program(self, rows: int | None = None) -> Any:
         what = (self.chunk, self._shape, _stop_slots(len(self.stop_tokens)), self.layout, self.groups)
         programs = _PROGRAMS.setdefault(self.backend, {})
-        if what not in programs:
-            programs[what] = self.backend.compile_program(
-                self._jitted(), self._specs(), {"decode_loop": self.chunk, "sampling": repr(self._shape),
-                                                "stop_slots": what[2], "layout": repr(self.layout),
-                                                "stacked_caches": repr(self.groups)})
-        return programs[what]
+        if (*what, rows) not in programs:
+            key = {"decode_loop": self.chunk, "sampling": repr(self._shape), "stop_slots": what[2],
+                   "layout": repr(self.layout), "stacked_caches": repr(self.groups)}
+            if rows is not None:  # the full cache's program keeps the key it had before buckets
+                key.update(kv_rows=rows, carried_formats=repr(self.cache_formats()))
+            programs[(*what, rows)] = self.backend.compile_program(self._jitted(rows), self._specs(), key)
+        return programs[(*what, rows)]
 
     def run(self, caches: list, token: Any, position: int, step: int, valid: int, stopped: Any = False) -> tuple:
         jax = self.backend.jax
@@ -293,7 +352,7 @@ class DecodeLoop(CarriedCaches):
         args = [list(caches), put(token, np.int32), put(position, np.int32), put(step, np.int32),
                 put(valid, np.int32), put(stopped, np.bool_), put(self.seed % (1 << 31), np.int32),
                 put(self.sampling.temperature or 1.0, np.float32), put(top_p, np.float32), put(stops, np.int32)]
-        return self._program()(self.backend.params, *args)
+        return self._program(self.rows_for(position, self.chunk))(self.backend.params, *args)
 
 
 def _laid_out(jax: Any, value: Any, wanted: Any) -> Any:
@@ -311,15 +370,23 @@ def _laid_out(jax: Any, value: Any, wanted: Any) -> Any:
     return jax.device_put(value, wanted)
 
 
-def deviceless_generation_programs(model: Model, state: Any, precision: str = "fp32",
-                                   chunk: int = DEFAULT_CHUNK) -> list[tuple[str, Any, list]]:
-    """(label, lowered program, the weights it reads as (params key, tensor)) of the decode loop of an LLM with
-    ``prefill`` / ``decode`` signatures (litert-torch's names), for ``bench/gpu/gpu_compile.py``; [] for other models."""
+def deviceless_generation_programs(model: Model, state: Any, precision: str = "fp32", chunk: int = DEFAULT_CHUNK,
+                                   positions: tuple[int, ...] = ()) -> list[tuple[str, Any, list, int | None]]:
+    """(label, lowered program, the weights it reads as (params key, tensor), the cache rows its attention reads:
+    None for all) of the decode loop of an LLM with ``prefill`` / ``decode`` signatures (litert-torch's names), for
+    ``bench/gpu/gpu_compile.py``: the whole cache's program, then the bucket's of a chunk from each of ``positions``
+    (where that is not the whole cache); [] for other models."""
     found = deviceless_decode(model, state, precision)
     if found is None:
         return []
     backend, layout, weights = found
-    return [(f"decode loop x{chunk}", DecodeLoop(backend, layout, chunk).lowered(), weights)]
+    loop = DecodeLoop(backend, layout, chunk)
+    programs = [(f"decode loop x{chunk}", loop.lowered(), weights, None)]
+    for position in positions:
+        rows = loop.rows_for(position, chunk)
+        if rows is not None:
+            programs.append((f"decode loop x{chunk} at {position} ({rows} rows)", loop.lowered(rows), weights, rows))
+    return programs
 
 
 def deviceless_decode(model: Model, state: Any, precision: str = "fp32") -> tuple[Any, StepLayout, list] | None:
@@ -327,6 +394,20 @@ def deviceless_decode(model: Model, state: Any, precision: str = "fp32") -> tupl
     tensor)) for programs compiled without a GPU; None for a model without litert-torch's signature names."""
     from .backend import XlaBackend
 
+    layout = decode_layout(model)
+    if layout is None:
+        return None
+    sig = next(s for s in model.signatures if s.key == "decode")
+    sg = model.subgraphs[sig.subgraph_index]
+    backend = XlaBackend(model, sig.subgraph_index, "gpu", precision=precision, state=state)
+    read = [(key, sg.tensors[t]) for (s_index, t), key in state.param_key.items() if s_index == sig.subgraph_index]
+    read += [(key, sg.tensors[t]) for (s_index, t), key in state.folded.items() if s_index == sig.subgraph_index]
+    read += [(key, sg.tensors[t]) for (s_index, t), key in state.stacked_key.items() if s_index == sig.subgraph_index]
+    return backend, layout, list({key: t for key, t in read if key in state.params}.items())
+
+
+def decode_layout(model: Model) -> StepLayout | None:
+    """The ``StepLayout`` of an LLM's ``decode`` signature by litert-torch's names; None for another model."""
     sig = next((s for s in model.signatures if s.key == "decode"), None)
     if sig is None:
         return None
@@ -341,14 +422,11 @@ def deviceless_decode(model: Model, state: Any, precision: str = "fp32") -> tupl
     caches = [n for n in (t.name for t in sig.inputs) if n in names_out]
     sg = model.subgraphs[sig.subgraph_index]
     by_name = {t.name: sg.tensors[t.tensor_index] for t in sig.inputs}
-    max_len = int(by_name[mask].shape[-1]) if mask else (int(by_name[caches[0]].shape[1]) if caches else None)
-    layout = StepLayout.of(model, "decode", tokens, position, logits, mask, caches, max_len)
-    backend = XlaBackend(model, sig.subgraph_index, "gpu", precision=precision, state=state)
-    read = [(key, sg.tensors[t]) for (s_index, t), key in state.param_key.items() if s_index == sig.subgraph_index]
-    read += [(key, sg.tensors[t]) for (s_index, t), key in state.folded.items() if s_index == sig.subgraph_index]
-    read += [(key, sg.tensors[t]) for (s_index, t), key in state.stacked_key.items() if s_index == sig.subgraph_index]
-    return backend, layout, list({key: t for key, t in read if key in state.params}.items())
+    inputs = list(sg.inputs)
+    max_len = int(by_name[mask].shape[-1]) if mask else (
+        cache_rows(model, sig.subgraph_index, [inputs.index(by_name[n].index) for n in caches]) if caches else None)
+    return StepLayout.of(model, "decode", tokens, position, logits, mask, caches, max_len)
 
 
 __all__ = ["DEFAULT_CHUNK", "MASKED", "CarriedCaches", "DecodeLoop", "Sampling", "StepLayout",
-           "deviceless_decode", "deviceless_generation_programs", "top_p_cutoff"]
+           "decode_layout", "deviceless_decode", "deviceless_generation_programs", "top_p_cutoff"]

@@ -110,6 +110,7 @@ class _XlaRunner(_PolicyRunner):
         self._block_weights: dict[int, Any] = {}  # inside a scanned block: template tensor -> this block's slice
         self.given_stacks: dict = {}   # template tensor -> per-block inputs already stacked (``trace_stacked``)
         self.final_stacks: dict | None = None  # filled with the stacks as the blocks left them
+        self.row_plan: Any = None      # ``kv_rows.RowPlan``: the caches' attention traced for their first rows
 
     @property
     def official_float_order(self) -> bool:
@@ -265,6 +266,20 @@ class _XlaRunner(_PolicyRunner):
                    for i in inputs if i not in weights)
 
     def _run_op(self, sg: Subgraph, op_index: int, values: dict) -> None:
+        rewrites = self.row_plan.rewrites.get((sg.index, op_index)) if self.row_plan is not None else None
+        if not rewrites:
+            return self._run_op_as_given(sg, op_index, values)
+        # the op reads some inputs cut to the plan's rows (a cache, the mask) or a shape re-derived for them
+        op, rows = sg.operators[op_index], self.row_plan.rows
+        scratch = dict(values)
+        for rewrite in rewrites:
+            t = op.inputs[rewrite.position]
+            scratch[t] = rewrite.shape if rewrite.shape is not None else self._lax.slice_in_dim(
+                self._value(sg, values, t), 0, rows, axis=rewrite.axis)
+        self._run_op_as_given(sg, op_index, scratch)
+        values.update((t, scratch[t]) for t in op.outputs if t >= 0 and t in scratch)
+
+    def _run_op_as_given(self, sg: Subgraph, op_index: int, values: dict) -> None:
         op = sg.operators[op_index]
         if self._defers(sg, op, values):
             for t in op.outputs:
