@@ -36,18 +36,34 @@ MAX_ROUND_REPEAT = 100
 
 def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
             min_rounds: int = 3, max_rounds: int = 30) -> tuple[str, dict[str, float]]:
-    """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
+    """The candidate whose runs take least time (``timed_rounds``), and the seconds per round of each: paired
+    estimates, a candidate's time over the first candidate's in the same round, median over the rounds, times
+    the first candidate's median.  On a machine others share, the load changes from round to round; within a
+    round the candidates run back to back and see about the same, so the ratio cancels what independent
+    medians keep (the engine choice flipped between runs on the loaded 2-core machine: BENCHMARKS.md, issue
+    26)."""
+    import statistics
+
+    times = timed_rounds(candidates, budget_s, min_rounds, max_rounds)
+    reference = next(iter(times))
+    scale = statistics.median(times[reference])
+    paired = {name: scale * statistics.median(paired_ratios(times, name, reference)) for name in times}
+    return min(paired, key=paired.__getitem__), paired
+
+
+def paired_ratios(times: dict[str, list[float]], name: str, reference: str) -> list[float]:
+    """``name``'s time over ``reference``'s, round by round (``timed_rounds``' rounds)."""
+    return [t / max(r, 1e-12) for t, r in zip(times[name], times[reference])]
+
+
+def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
+                 min_rounds: int = 3, max_rounds: int = 30) -> dict[str, list[float]]:
+    """Seconds of each round of each candidate: each candidate is a list of (executable, inputs)
     run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
     candidates alternate round by round, each round's order rotated, until ``budget_s`` is spent (at least
     ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
-    whose warm-up raises drops out.  Returns (name, seconds per round of every candidate that ran).
-
-    The seconds are paired estimates: a candidate's time over the first candidate's in the same round,
-    median over the rounds, times the first candidate's median.  On a machine others share, the load
-    changes from round to round; within a round the candidates run back to back and see about the same, so
-    the ratio cancels what independent medians keep (the engine choice flipped between runs on the loaded
-    2-core machine: BENCHMARKS.md, issue 26)."""
-    import statistics
+    whose warm-up raises drops out (ModelExecutionError where none is left); the others' rounds are returned,
+    in the order given."""
     import time
 
     def run_all(runs: list[tuple[Executable, list[Any]]]) -> None:
@@ -88,11 +104,7 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
             start = time.perf_counter()
             run_all(alive[name])
             times[name].append(time.perf_counter() - start)
-    reference = order[0]
-    scale = statistics.median(times[reference])
-    paired = {name: scale * statistics.median(t / max(r, 1e-12) for t, r in zip(values, times[reference]))
-              for name, values in times.items()}
-    return min(paired, key=paired.__getitem__), paired
+    return times
 
 
-__all__ = ["MAX_ROUND_REPEAT", "MIN_ROUND_S", "fastest", "sample_inputs"]
+__all__ = ["MAX_ROUND_REPEAT", "MIN_ROUND_S", "fastest", "paired_ratios", "sample_inputs", "timed_rounds"]
