@@ -60,8 +60,8 @@ def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budg
                  min_rounds: int = 3, max_rounds: int = 30) -> dict[str, list[float]]:
     """Seconds of each round of each candidate: each candidate is a list of (executable, inputs)
     run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
-    candidates alternate round by round, each round's order rotated, until ``budget_s`` is spent (at least
-    ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
+    candidates alternate round by round, each round's order rotated, each turn after an untimed run, until
+    ``budget_s`` is spent (at least ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
     whose warm-up raises drops out (ModelExecutionError where none is left); the others' rounds are returned,
     in the order given."""
     import time
@@ -92,8 +92,12 @@ def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budg
     # Back-to-back runs, as a model serves its calls: a sub-millisecond model's round repeats them to about
     # MIN_ROUND_S.  One run each in turn timed each engine after the other's idle threads and cache footprint:
     # MediaPipe's face detector went to OpenVINO at 0.40 against 0.44 ms, and then ran 0.93x XNNPACK in blocks.
+    # Each turn starts with a run left untimed: the first call after another engine's is not the engine's
+    # back-to-back speed.  Timed as the first of each turn, OpenVINO ran MnasNet 0.5 in 0.75x XNNPACK's time,
+    # round after round, and back to back in 1.3-4.5x (3-5 against 12-28 ms on the loaded machine; alone, as
+    # a user runs it, 2x XNNPACK's time), so the first starts chose it (issue 38).
     repeat = int(min(MAX_ROUND_REPEAT, max(1, MIN_ROUND_S / max(min(first), 1e-7))))
-    alive = {name: runs * repeat for name, runs in alive.items()}
+    timed_runs = {name: runs * repeat for name, runs in alive.items()}
     times: dict[str, list[float]] = {name: [] for name in alive}
     order = list(alive)
     deadline = time.perf_counter() + budget_s
@@ -101,8 +105,9 @@ def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budg
         if rounds >= min_rounds and time.perf_counter() > deadline:
             break
         for name in order[rounds % len(order):] + order[:rounds % len(order)]:
+            run_all(alive[name])  # settling in, untimed
             start = time.perf_counter()
-            run_all(alive[name])
+            run_all(timed_runs[name])
             times[name].append(time.perf_counter() - start)
     return times
 
