@@ -577,8 +577,28 @@ def timings_giving(*timings):
 ])
 def test_the_verdict_is_the_one_the_rounds_agree_on(timings, winner, count):
     timed, calls = timings_giving(*timings)
-    assert litert_backend._verdict_that_holds(timed, "m.tflite", "whole model") == winner
-    assert len(calls) == count
+    verdict = litert_backend._verdict_that_holds(timed, "m.tflite", "whole model")
+    assert verdict == winner and len(calls) == count
+    # only where all three timings left the rounds disagreeing is the official default not a verdict
+    assert verdict.decided == (count < 3)
+
+
+def test_a_verdict_the_rounds_could_not_decide_is_timed_again_at_the_next_start(monkeypatch, tmp_path):
+    pytest.importorskip("openvino")
+    time_every_model(monkeypatch)
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
+    calls = []
+
+    def disagreeing(candidates, **kwargs):  # ``timing.timed_rounds`` on a loaded machine: either engine faster
+        calls.append(sorted(candidates))
+        return {"litert": [1.0] * 4, "openvino": [0.4, 0.9, 1.3, 0.8]}
+
+    monkeypatch.setattr("litegpu.backends.timing.timed_rounds", disagreeing)
+    options = litegpu.Options(CPU, serialization_dir=str(tmp_path), model_token="mlp")
+    first = litegpu.CompiledModel.from_buffer(small_mlp(), options)
+    assert set(first.plan.ops_per_engine()) == {"litert"} and len(calls) == litert_backend.CLOSE_TIMINGS
+    second = litegpu.CompiledModel.from_buffer(small_mlp(), options)
+    assert set(second.plan.ops_per_engine()) == {"litert"} and len(calls) == 2 * litert_backend.CLOSE_TIMINGS
 
 
 def test_an_engine_that_could_not_be_timed_leaves_the_other_the_verdict():

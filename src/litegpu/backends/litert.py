@@ -325,7 +325,8 @@ class LiteRtEngine(Engine):
         if winner != "litert":
             for r in op_ranges:
                 self.forget(model, r)  # a sub-model's interpreter (the whole model's goes with the plan)
-        self.remember_choice(model, scope, other, winner)
+        if winner.decided:  # an undecided one is timed again at the next start, which may be quieter
+            self.remember_choice(model, scope, other, winner)
         return winner
 
     def remember_choice(self, model: Model, scope: str, other: Engine, winner: str, any_model: bool = False) -> None:
@@ -377,6 +378,19 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
+class Verdict(str):
+    """An engine's name as a timing's verdict: ``decided`` False where its rounds could not tell the engines
+    apart and the official interpreter keeps the model by default (``_verdict_that_holds``): such a verdict is
+    not kept in the compile cache, or a loaded moment's default would hold for good."""
+
+    decided: bool
+
+    def __new__(cls, name: str, decided: bool = True) -> "Verdict":
+        verdict = super().__new__(cls, name)
+        verdict.decided = decided
+        return verdict
+
+
 def _clear_verdict(rounds: dict[str, list[float]]) -> str | None:
     """The engine that ``timing.timed_rounds``' rounds show faster, or None where they cannot tell.
 
@@ -401,17 +415,18 @@ def _clear_verdict(rounds: dict[str, list[float]]) -> str | None:
     return "litert" if median >= bar else None
 
 
-def _verdict_that_holds(timed: Any, source: str, scope: str) -> str:
+def _verdict_that_holds(timed: Any, source: str, scope: str) -> Verdict:
     """The engine ``timed()`` (``timing.timed_rounds``) shows faster (``_clear_verdict``); where its rounds
-    cannot tell, up to ``CLOSE_TIMINGS`` timings' rounds pooled, and still undecided the official interpreter:
-    the choice that holds from start to start rather than the one a moment's load gave."""
+    cannot tell, up to ``CLOSE_TIMINGS`` timings' rounds pooled, and still undecided the official interpreter
+    (a ``Verdict`` not ``decided``): the choice that holds from start to start rather than the one a moment's
+    load gave."""
     rounds = timed()
     verdict, timings = _clear_verdict(rounds), 1
     while verdict is None and timings < CLOSE_TIMINGS:
         more = timed()
         rounds = {name: rounds[name] + more[name] for name in rounds if name in more}
         verdict, timings = _clear_verdict(rounds), timings + 1
-    winner = verdict or "litert"
+    winner = Verdict(verdict or "litert", decided=verdict is not None)
     log.info("%s, %s: %s, %d rounds in %d timing(s): %s (verdicts %s)", source, scope,
              ", ".join(f"{n} median {statistics.median(t) * 1e3:.3f} ms" for n, t in rounds.items()),
              min(map(len, rounds.values())), timings, winner, verdict or "undecided")

@@ -68,8 +68,18 @@ def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, s
 
 
 def remember_timed(model: Model, litert: Any, openvino: Any, winner: str) -> None:
-    """Keep a timed whole-model verdict for any model of the same ops (the model's own is kept by the timing)."""
-    litert.remember_choice(model, structure_scope(model), openvino, winner, any_model=True)
+    """Keep a timed whole-model verdict for any model of the same ops (the model's own is kept by the timing),
+    unless its timing could not tell the engines apart (``backends.litert.Verdict.decided``): that one is
+    timed again at the next start."""
+    if kept(winner):
+        litert.remember_choice(model, structure_scope(model), openvino, winner, any_model=True)
+
+
+def kept(winner: str) -> bool:
+    """Whether a timed verdict is kept in the compile cache: not where the timing's rounds could not tell the
+    engines apart and the official interpreter kept the model by default (``backends.litert.Verdict``), as a
+    loaded moment's default would then hold for good; the next start times the engines again."""
+    return getattr(winner, "decided", True)
 
 
 def openvino_work(model: Model, openvino: Any) -> int:
@@ -102,5 +112,5 @@ def structure_scope(model: Model) -> str:
     return f"{WHOLE} of structure {make_key({'subgraphs': parts})}"
 
 
-__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
+__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "kept", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
            "structure_scope"]
