@@ -23,3 +23,16 @@ def convert_and_report(record: dict, path: Path, build: Callable[[], dict]) -> d
         record["seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(record), flush=True)
     return record
+
+
+def convert_named(argv: list[str], names: list[str], file_name: Callable[[str], str], converter: str,
+                  build: Callable[[str, Path], dict]) -> int:
+    """A zoo builder's command line: ``OUT_DIR [NAME ...]`` (all of ``names`` without NAME), each model converted
+    by ``build(name, path)`` into ``OUT_DIR/file_name(name)`` and reported."""
+    out_dir = Path(argv[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in argv[1:] or names:
+        path = out_dir / file_name(name)
+        convert_and_report({"model": name, "file": path.name, "converter": converter}, path,
+                           lambda: build(name, path))
+    return 0

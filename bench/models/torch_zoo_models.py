@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conversion_log import convert_and_report  # noqa: E402
+from conversion_log import convert_named  # noqa: E402
 
 SEED = 0
 
@@ -99,13 +99,7 @@ def build(name: str, out: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    out_dir = Path(argv[0])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in argv[1:] or list(ZOO):
-        path = out_dir / f"torch_{name}.tflite"
-        record = {"model": name, "file": path.name, "converter": "litert-torch"}
-        convert_and_report(record, path, lambda: build(name, path))
-    return 0
+    return convert_named(argv, list(ZOO), lambda name: f"torch_{name}.tflite", "litert-torch", build)
 
 
 if __name__ == "__main__":

@@ -270,11 +270,11 @@ def _openvino_or_litert(monkeypatch, winner):
     time_every_model(monkeypatch)
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
 
-    def timed(candidates, **kwargs):
+    def timed(candidates, **kwargs):  # ``timing.timed_rounds``: the winner twice as fast in every round
         calls.append(sorted(candidates))
-        return winner, {name: 1.0 if name == winner else 2.0 for name in candidates}
+        return {name: [1.0 if name == winner else 2.0] * 3 for name in candidates}
 
-    monkeypatch.setattr("litegpu.backends.timing.fastest", timed)
+    monkeypatch.setattr("litegpu.backends.timing.timed_rounds", timed)
     return calls
 
 
@@ -294,9 +294,8 @@ def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen
     pytest.importorskip("openvino")
     time_every_model(monkeypatch)
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
-    monkeypatch.setattr("litegpu.backends.timing.fastest", lambda candidates, **kwargs: (
-        min(("litert", 1.0), ("openvino", openvino_ms), key=lambda c: c[1])[0],
-        {"litert": 1.0, "openvino": openvino_ms}))
+    monkeypatch.setattr("litegpu.backends.timing.timed_rounds", lambda candidates, **kwargs: {
+        "litert": [1.0] * 3, "openvino": [openvino_ms] * 3})
     cm = litegpu.CompiledModel.from_buffer(small_mlp(), CPU)
     assert cm.plan.target.value == chosen
 
@@ -551,28 +550,57 @@ def test_the_room_asked_counts_the_rewritten_copy(monkeypatch):
 
 # ---- a verdict that holds ---------------------------------------------------------------------------------------
 
-def timings_giving(*medians):
-    """``engine.fastest`` stand-in: each call returns the next (litert, openvino) medians; counts its calls."""
+def timings_giving(*timings):
+    """``timing.timed_rounds`` stand-in: each call returns the next timing's rounds, given as the OpenVINO time
+    of each round (the official interpreter's: 1.0); counts its calls."""
     calls = []
 
     def timed():
-        litert_s, openvino_s = medians[len(calls)]
+        openvino = timings[len(calls)]
         calls.append(1)
-        found = {"litert": litert_s, "openvino": openvino_s}
-        return min(found, key=found.__getitem__), found
+        return {"litert": [1.0] * len(openvino), "openvino": list(openvino)}
 
     return timed, calls
 
 
-@pytest.mark.parametrize("medians,winner,timings", [
-    (((1.0, 0.5),), "openvino", 1),                          # clearly apart: one timing decides
-    (((1.0, 1.5),), "litert", 1),
-    (((1.0, 0.98), (1.0, 0.99)), "litert", 2),               # a tie goes to the official default, twice
-    (((1.0, 0.95), (1.0, 0.94)), "openvino", 2),             # close, and the second timing agrees
-    (((1.0, 0.95), (1.0, 1.01), (1.0, 1.02)), "litert", 3),  # close, the verdicts split: the third decides
-    (((1.0, 0.95), (1.0, 1.01), (1.0, 0.9)), "openvino", 3),
+@pytest.mark.parametrize("timings,winner,count", [
+    (([0.5, 0.6, 0.55, 0.5],), "openvino", 1),                # faster in every round: one timing decides
+    (([1.5, 1.4, 1.6],), "litert", 1),
+    (([0.98, 0.99, 0.985, 1.0],), "litert", 1),               # a tie goes to the official default at once
+    (([0.9, 0.92, 0.91, 0.9],), "openvino", 1),               # 10 % apart, every round agreeing
+    # the load made the rounds disagree (MnasNet 0.5 on the loaded machine: either engine faster in a round):
+    # timed again, the rounds pooled, and the official interpreter keeps the model while they still disagree
+    (([0.4, 0.9, 1.3, 0.8], [0.7, 2.0, 0.5, 0.9], [0.6, 1.4, 0.8, 1.1]), "litert", 3),
+    # ... or the pooled rounds do tell: the other engine faster in most of them by far
+    (([0.4, 0.9, 1.3, 0.8], [0.7, 0.6, 0.5, 0.8]), "openvino", 2),
+    (([0.4, 0.9, 1.3, 0.8], [1.2, 1.1, 1.3, 1.0]), "litert", 2),
 ])
-def test_engines_close_to_each_other_get_the_verdict_most_timings_give(medians, winner, timings):
-    timed, calls = timings_giving(*medians)
-    assert litert_backend._verdict_that_holds(timed, "m.tflite", "whole model") == winner
-    assert len(calls) == timings
+def test_the_verdict_is_the_one_the_rounds_agree_on(timings, winner, count):
+    timed, calls = timings_giving(*timings)
+    verdict = litert_backend._verdict_that_holds(timed, "m.tflite", "whole model")
+    assert verdict == winner and len(calls) == count
+    # only where all three timings left the rounds disagreeing is the official default not a verdict
+    assert verdict.decided == (count < 3)
+
+
+def test_a_verdict_the_rounds_could_not_decide_is_timed_again_at_the_next_start(monkeypatch, tmp_path):
+    pytest.importorskip("openvino")
+    time_every_model(monkeypatch)
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # no thread-count timing here
+    calls = []
+
+    def disagreeing(candidates, **kwargs):  # ``timing.timed_rounds`` on a loaded machine: either engine faster
+        calls.append(sorted(candidates))
+        return {"litert": [1.0] * 4, "openvino": [0.4, 0.9, 1.3, 0.8]}
+
+    monkeypatch.setattr("litegpu.backends.timing.timed_rounds", disagreeing)
+    options = litegpu.Options(CPU, serialization_dir=str(tmp_path), model_token="mlp")
+    first = litegpu.CompiledModel.from_buffer(small_mlp(), options)
+    assert set(first.plan.ops_per_engine()) == {"litert"} and len(calls) == litert_backend.CLOSE_TIMINGS
+    second = litegpu.CompiledModel.from_buffer(small_mlp(), options)
+    assert set(second.plan.ops_per_engine()) == {"litert"} and len(calls) == 2 * litert_backend.CLOSE_TIMINGS
+
+
+def test_an_engine_that_could_not_be_timed_leaves_the_other_the_verdict():
+    assert litert_backend._clear_verdict({"openvino": [1.0, 1.0, 1.0]}) == "openvino"
+    assert litert_backend._clear_verdict({"litert": [1.0, 1.0, 1.0]}) == "litert"

@@ -48,7 +48,8 @@ def test_global_pool_window_covers_input(name):
 
 
 @pytest.mark.parametrize("window,stride,padding", [((2, 2), (2, 2), "VALID"), ((3, 3), (2, 2), "SAME"),
-                                                    ((3, 3), (1, 1), "SAME")])
+                                                    ((3, 3), (1, 1), "SAME"), ((16, 16), (16, 16), "VALID"),
+                                                    ((9, 9), (7, 7), "SAME")])
 def test_float_average_pool_equals_the_builtin_kernel_bit_for_bit(window, stride, padding):
     """The builtin float AVERAGE_POOL_2D adds each window's pixels in order, then divides by their count: BUILTIN
     mode takes that order (XLA's window sum is an ulp away on some outputs, which the next dynamic-range layer's
@@ -59,6 +60,17 @@ def test_float_average_pool_equals_the_builtin_kernel_bit_for_bit(window, stride
     shape = (1, 16, 16, 64)
     model = read_model(to_bytes(pool_model("AVERAGE_POOL_2D", shape, window, stride, padding)))
     assert_builtin_bits(model, [random_input(shape, seed=9, low=-3, high=7)])
+
+
+def test_a_global_average_pool_of_a_large_map_compiles_in_builtin_mode():
+    """Past ``IN_ORDER_UNROLLED_TAPS`` the windows are summed in a loop, still in order: MediaPipe's selfie
+    segmentation pools 128x128 maps, whose 16,384 unrolled adds crashed XLA's compiler (a segmentation fault)."""
+    from litegpu.ir import read_model
+    from litegpu.ir.save import to_bytes
+
+    shape = (1, 128, 128, 4)
+    model = read_model(to_bytes(pool_model("AVERAGE_POOL_2D", shape, (128, 128), (128, 128), "VALID")))
+    assert_builtin_bits(model, [random_input(shape, seed=3, low=-3, high=7)])
 
 
 def test_pool_rejects_window_larger_than_valid_input():

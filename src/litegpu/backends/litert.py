@@ -29,6 +29,7 @@ import contextlib
 import functools
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -71,10 +72,11 @@ THREAD_TIMING_S = 0.1
 # within ~5 % there), and a tie is better given to the official default, whose outputs are the reference and
 # whose warm start imports no other engine.
 TIE_MARGIN = 0.03
-# Engines one timing finds within this of each other are timed again, up to CLOSE_TIMINGS times in all, and the
-# verdict most timings give is kept (issue 38): on the loaded development machine one timing's verdict flipped
-# from start to start on such models (above), and the compile cache kept whichever the first start found.
-CLOSE_MARGIN = 0.10
+# A timing whose rounds cannot tell the engines apart (``_clear_verdict``) is followed by another, up to
+# CLOSE_TIMINGS in all, their rounds pooled; still undecided, the official interpreter keeps the model (issue 38).
+# On the loaded development machine one timing's verdict flipped from start to start (a 2.3 ms model's rounds
+# took 2-40 ms, either engine faster in any round: MnasNet 0.5 went to OpenVINO in two first starts of three,
+# 2.3x slower alone there), and the compile cache kept whichever the first start found.
 CLOSE_TIMINGS = 3
 
 
@@ -281,8 +283,8 @@ class LiteRtEngine(Engine):
     def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
         """"litert" or ``other.name``: which engine runs these partitions (``scope`` names them: the whole
         model, or one partition) faster, timed alternately on sample inputs (the planner keeps the verdict,
-        ``compile.timing_memo``)."""
-        from .timing import fastest, sample_inputs
+        ``compile.timing_memo``, where it is decided: ``Verdict.decided``)."""
+        from .timing import sample_inputs, timed_rounds
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
         try:
@@ -293,7 +295,7 @@ class LiteRtEngine(Engine):
         candidates = {"litert": ours, other.name: [(other.compile(model, r, other.settings, other.cache,
                                                                   other.cache_key), x)
                                                    for r, x in zip(op_ranges, inputs)]}
-        winner = _verdict_that_holds(lambda: fastest(candidates), model.source, scope)
+        winner = _verdict_that_holds(lambda: timed_rounds(candidates), model.source, scope)
         if winner != "litert":
             for r in op_ranges:
                 self.forget(model, r)  # a sub-model's interpreter (the whole model's goes with the plan)
@@ -340,29 +342,58 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def _verdict(medians: dict[str, float]) -> str:
-    """The faster engine of one timing; a tie (``TIE_MARGIN``) goes to the official interpreter: its outputs are
-    the official default's, and a warm start need not import the other engine."""
-    winner = min(medians, key=medians.__getitem__)
-    if winner != "litert" and "litert" in medians and medians["litert"] <= medians[winner] * (1 + TIE_MARGIN):
-        return "litert"
-    return winner
+class Verdict(str):
+    """An engine's name as a timing's verdict: ``decided`` False where its rounds could not tell the engines
+    apart and the official interpreter keeps the model by default (``_verdict_that_holds``): such a verdict is
+    not kept in the compile cache, or a loaded moment's default would hold for good."""
+
+    decided: bool
+
+    def __new__(cls, name: str, decided: bool = True) -> "Verdict":
+        verdict = super().__new__(cls, name)
+        verdict.decided = decided
+        return verdict
 
 
-def _verdict_that_holds(timed: Any, source: str, scope: str) -> str:
-    """The engine ``timed()`` (``engine.fastest``) finds faster; where one timing finds the two within
-    ``CLOSE_MARGIN``, the verdict of most of ``CLOSE_TIMINGS`` timings: the choice that holds from start to start
-    rather than the one a moment's load gave."""
-    _, medians = timed()
-    verdicts = [_verdict(medians)]
-    times = sorted(medians.values())
-    close = len(times) > 1 and times[1] <= times[0] * (1 + CLOSE_MARGIN)
-    while close and len(verdicts) < CLOSE_TIMINGS and max(map(verdicts.count, verdicts)) <= CLOSE_TIMINGS // 2:
-        _, medians = timed()
-        verdicts.append(_verdict(medians))
-    winner = max(verdicts, key=verdicts.count)
-    log.info("%s, %s: %s (verdicts %s)", source, scope, ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in
-                                                                   medians.items()), ", ".join(verdicts))
+def _clear_verdict(rounds: dict[str, list[float]]) -> str | None:
+    """The engine that ``timing.timed_rounds``' rounds show faster, or None where they cannot tell.
+
+    Compared round by round (``timing.paired_ratios``), the other engine wins only where it beats the official
+    interpreter by more than ``TIE_MARGIN`` in three rounds of four (the upper quartile of its time over the
+    interpreter's); the interpreter keeps the model where it wins or ties in half the rounds or more (the
+    median): a tie goes to it, as its outputs are the official default's and a warm start need not import the
+    other engine.  Between the two, the load made the rounds disagree: a median alone gave a verdict that a
+    moment's load had chosen."""
+    from .timing import paired_ratios
+
+    if "litert" not in rounds or len(rounds) == 1:
+        return next(iter(rounds))  # the only engine that could run it
+    other = next(name for name in rounds if name != "litert")
+    ratios = paired_ratios(rounds, other, "litert")
+    if len(ratios) < 2:
+        return None
+    _, median, upper = statistics.quantiles(ratios, n=4, method="inclusive")
+    bar = 1 / (1 + TIE_MARGIN)
+    if upper < bar:
+        return other
+    return "litert" if median >= bar else None
+
+
+def _verdict_that_holds(timed: Any, source: str, scope: str) -> Verdict:
+    """The engine ``timed()`` (``timing.timed_rounds``) shows faster (``_clear_verdict``); where its rounds
+    cannot tell, up to ``CLOSE_TIMINGS`` timings' rounds pooled, and still undecided the official interpreter
+    (a ``Verdict`` not ``decided``): the choice that holds from start to start rather than the one a moment's
+    load gave."""
+    rounds = timed()
+    verdict, timings = _clear_verdict(rounds), 1
+    while verdict is None and timings < CLOSE_TIMINGS:
+        more = timed()
+        rounds = {name: rounds[name] + more[name] for name in rounds if name in more}
+        verdict, timings = _clear_verdict(rounds), timings + 1
+    winner = Verdict(verdict or "litert", decided=verdict is not None)
+    log.info("%s, %s: %s, %d rounds in %d timing(s): %s (verdicts %s)", source, scope,
+             ", ".join(f"{n} median {statistics.median(t) * 1e3:.3f} ms" for n, t in rounds.items()),
+             min(map(len, rounds.values())), timings, winner, verdict or "undecided")
     return winner
 
 

@@ -36,18 +36,34 @@ MAX_ROUND_REPEAT = 100
 
 def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
             min_rounds: int = 3, max_rounds: int = 30) -> tuple[str, dict[str, float]]:
-    """The candidate whose runs take least time, measured: each candidate is a list of (executable, inputs)
-    run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
-    candidates alternate round by round, each round's order rotated, until ``budget_s`` is spent (at least
-    ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
-    whose warm-up raises drops out.  Returns (name, seconds per round of every candidate that ran).
-
-    The seconds are paired estimates: a candidate's time over the first candidate's in the same round,
-    median over the rounds, times the first candidate's median.  On a machine others share, the load
-    changes from round to round; within a round the candidates run back to back and see about the same, so
-    the ratio cancels what independent medians keep (the engine choice flipped between runs on the loaded
-    2-core machine: BENCHMARKS.md, issue 26)."""
+    """The candidate whose runs take least time (``timed_rounds``), and the seconds per round of each: paired
+    estimates, a candidate's time over the first candidate's in the same round, median over the rounds, times
+    the first candidate's median.  On a machine others share, the load changes from round to round; within a
+    round the candidates run back to back and see about the same, so the ratio cancels what independent
+    medians keep (the engine choice flipped between runs on the loaded 2-core machine: BENCHMARKS.md, issue
+    26)."""
     import statistics
+
+    times = timed_rounds(candidates, budget_s, min_rounds, max_rounds)
+    reference = next(iter(times))
+    scale = statistics.median(times[reference])
+    paired = {name: scale * statistics.median(paired_ratios(times, name, reference)) for name in times}
+    return min(paired, key=paired.__getitem__), paired
+
+
+def paired_ratios(times: dict[str, list[float]], name: str, reference: str) -> list[float]:
+    """``name``'s time over ``reference``'s, round by round (``timed_rounds``' rounds)."""
+    return [t / max(r, 1e-12) for t, r in zip(times[name], times[reference])]
+
+
+def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s: float = 0.3,
+                 min_rounds: int = 3, max_rounds: int = 30) -> dict[str, list[float]]:
+    """Seconds of each round of each candidate: each candidate is a list of (executable, inputs)
+    run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
+    candidates alternate round by round, each round's order rotated, each turn after an untimed run, until
+    ``budget_s`` is spent (at least ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
+    whose warm-up raises drops out (ModelExecutionError where none is left); the others' rounds are returned,
+    in the order given."""
     import time
 
     def run_all(runs: list[tuple[Executable, list[Any]]]) -> None:
@@ -76,8 +92,12 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
     # Back-to-back runs, as a model serves its calls: a sub-millisecond model's round repeats them to about
     # MIN_ROUND_S.  One run each in turn timed each engine after the other's idle threads and cache footprint:
     # MediaPipe's face detector went to OpenVINO at 0.40 against 0.44 ms, and then ran 0.93x XNNPACK in blocks.
+    # Each turn starts with a run left untimed: the first call after another engine's is not the engine's
+    # back-to-back speed.  Timed as the first of each turn, OpenVINO ran MnasNet 0.5 in 0.75x XNNPACK's time,
+    # round after round, and back to back in 1.3-4.5x (3-5 against 12-28 ms on the loaded machine; alone, as
+    # a user runs it, 2x XNNPACK's time), so the first starts chose it (issue 38).
     repeat = int(min(MAX_ROUND_REPEAT, max(1, MIN_ROUND_S / max(min(first), 1e-7))))
-    alive = {name: runs * repeat for name, runs in alive.items()}
+    timed_runs = {name: runs * repeat for name, runs in alive.items()}
     times: dict[str, list[float]] = {name: [] for name in alive}
     order = list(alive)
     deadline = time.perf_counter() + budget_s
@@ -85,14 +105,11 @@ def fastest(candidates: dict[str, list[tuple[Executable, list[Any]]]], budget_s:
         if rounds >= min_rounds and time.perf_counter() > deadline:
             break
         for name in order[rounds % len(order):] + order[:rounds % len(order)]:
+            run_all(alive[name])  # settling in, untimed
             start = time.perf_counter()
-            run_all(alive[name])
+            run_all(timed_runs[name])
             times[name].append(time.perf_counter() - start)
-    reference = order[0]
-    scale = statistics.median(times[reference])
-    paired = {name: scale * statistics.median(t / max(r, 1e-12) for t, r in zip(values, times[reference]))
-              for name, values in times.items()}
-    return min(paired, key=paired.__getitem__), paired
+    return times
 
 
-__all__ = ["MAX_ROUND_REPEAT", "MIN_ROUND_S", "fastest", "sample_inputs"]
+__all__ = ["MAX_ROUND_REPEAT", "MIN_ROUND_S", "fastest", "paired_ratios", "sample_inputs", "timed_rounds"]

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..ir import Model, entry_subgraphs
 from ..ir.macs import model_macs, ops_macs
-from .timing_memo import TimingMemo
+from .timing_memo import TimingMemo, kept
 
 # Models up to this many multiply-accumulates per run go to the official interpreter without timing it against
 # OpenVINO: a call costs XNNPACK about 4 us against OpenVINO's 40, and on every model that small measured
@@ -69,8 +69,12 @@ def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, s
 
 
 def remember_timed(model: Model, litert: Any, openvino: Any, winner: str) -> None:
-    """Keep a timed whole-model verdict for any model of the same ops (the model's own is kept by the timing)."""
-    TimingMemo(litert, openvino).remember(model, structure_scope(model), winner, any_model=True)
+    """Keep a timed whole-model verdict for any model of the same ops (the model's own is kept by the timing),
+    unless its timing could not tell the engines apart (``backends.litert.Verdict.decided``): that one is
+    timed again at the next start."""
+    if kept(winner):
+        TimingMemo(litert, openvino).remember(model, structure_scope(model), winner, any_model=True)
+
 
 
 def openvino_work(model: Model, openvino: Any) -> int:
@@ -103,5 +107,5 @@ def structure_scope(model: Model) -> str:
     return f"{WHOLE} of structure {make_key({'subgraphs': parts})}"
 
 
-__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
+__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "kept", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
            "structure_scope"]

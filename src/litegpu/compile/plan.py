@@ -37,7 +37,7 @@ from ..errors import AcceleratorUnavailableError, InvalidArgumentError, Unsuppor
 from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
 from ..ir.macs import model_macs, ops_macs
 from .choices import SAME_OPS, WHOLE, known_whole_choice, remember_timed
-from .timing_memo import TimingMemo
+from .timing_memo import TimingMemo, kept
 from .float_view import DATA_MOVEMENT_OPS
 from ..backends import registry
 from ..ops import Target, lookup
@@ -702,8 +702,9 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
         return _litert_whole(model, flags, whole_engine, ops_engine)  # ops litegpu lacks, which the interpreter has
     if whole_engine is None:
         return chosen
-    if _litert_is_faster(model, chosen, whole_engine, ops_engine, known) and takes_whole():
-        return _litert_whole(model, flags, whole_engine, ops_engine)
+    faster, keep = _litert_is_faster(model, chosen, whole_engine, ops_engine, known)
+    if faster and takes_whole():
+        return _litert_whole(model, flags, whole_engine, ops_engine, remember=keep)
     whole_engine.forget(model)  # the interpreter made to time it
     if chosen.is_split and ops_engine is not None and whole_engine.settings_refusal(model) is None:
         mixed = _litert_partitions(model, chosen, whole_engine, ops_engine)
@@ -792,8 +793,9 @@ def _litert_plan(model: Model, flags: int, whole_engine: Any) -> DelegationPlan:
 
 
 def _litert_is_faster(model: Model, chosen: DelegationPlan, whole_engine: object, ops_engine: object | None,
-                      known: tuple[str, str] | None = None) -> bool:
-    """Whether the official interpreter (XNNPACK) should run the whole model instead of ``chosen``.
+                      known: tuple[str, str] | None = None) -> tuple[bool, bool]:
+    """Whether the official interpreter (XNNPACK) should run the whole model instead of ``chosen``, and whether
+    that answer is to be kept in the compile cache (not where a timing could not tell: ``compile.choices.kept``).
 
     - Against XLA (and numpy) alone -- integer models, resource variables, ops OpenVINO refuses --
       yes without measuring: XLA's exact kernels ran slower than XNNPACK on 32 of the 36 models measured
@@ -807,18 +809,18 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, whole_engine: object
     """
     used = {p.engine for p in chosen.partitions}
     if ops_engine is None or ops_engine.name not in used:
-        return True
+        return True, True
     if used != {ops_engine.name}:
-        return False
+        return False, True
     if known is not None:
         if known[1] == SAME_OPS:  # this model's own from now on
             TimingMemo(whole_engine, ops_engine).remember(model, WHOLE, known[0])
-        return known[0] == whole_engine.name
+        return known[0] == whole_engine.name, True
     if model_macs(model) > LITERT_MEASURE_MAX_MACS:
-        return False
+        return False, True
     winner = TimingMemo(whole_engine, ops_engine).faster(model, [p.op_range() for p in chosen.partitions], WHOLE)
     remember_timed(model, whole_engine, ops_engine, winner)
-    return winner == whole_engine.name
+    return winner == whole_engine.name, kept(winner)
 
 
 def _litert_partitions(model: Model, chosen: DelegationPlan, whole_engine: object, ops_engine: object) -> DelegationPlan:

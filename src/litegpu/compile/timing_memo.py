@@ -69,8 +69,16 @@ class TimingMemo:
 
     def _timed(self, model: Model, op_ranges: Sequence[Any], scope: str) -> str:
         winner = self.first.faster_than(model, op_ranges, self.other, scope) or self.other.name
-        self.remember(model, scope, winner)
+        if kept(winner):
+            self.remember(model, scope, winner)
         return winner
 
 
-__all__ = ["TimingMemo"]
+def kept(winner: str) -> bool:
+    """Whether a timed verdict is kept in the compile cache: not where the timing's rounds could not tell the
+    engines apart and the official interpreter kept the model by default (``backends.litert.Verdict``), as a
+    loaded moment's default would then hold for good; the next start times the engines again."""
+    return getattr(winner, "decided", True)
+
+
+__all__ = ["TimingMemo", "kept"]

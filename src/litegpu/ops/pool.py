@@ -108,13 +108,28 @@ def _window_sum(lax: Any, x: Any, window: tuple, strides: tuple, pads: list) -> 
                              [(0, 0), *pads, (0, 0)])
 
 
-def _window_sum_in_order(xp: Any, x: Any, window: tuple, strides: tuple, pads: list, out_hw: tuple) -> Any:
+# Windows of more taps than this are summed in a loop: unrolled, a global pool of a 128x128 map (MediaPipe's
+# selfie segmentation) is 16,384 adds in one XLA program, whose compiler then overflows its stack.
+IN_ORDER_UNROLLED_TAPS = 64
+
+
+def _window_sum_in_order(xp: Any, lax: Any, x: Any, window: tuple, strides: tuple, pads: list, out_hw: tuple) -> Any:
     """Each window's sum as the builtin float kernel adds it: from zero, its pixels in row-major order (the
     padding's zeros change nothing).  XLA's reduce_window adds them in an order of its own, an ulp away."""
-    total = xp.zeros((x.shape[0], *out_hw, x.shape[3]), x.dtype)
-    for tap in _taps(xp.pad(x, [(0, 0), *pads, (0, 0)]), window, strides, out_hw):
-        total = total + tap
-    return total
+    (fh, fw), (sh, sw), (oh, ow) = window, strides, out_hw
+    padded = xp.pad(x, [(0, 0), *pads, (0, 0)])
+    total = xp.zeros((x.shape[0], oh, ow, x.shape[3]), x.dtype)
+    if fh * fw <= IN_ORDER_UNROLLED_TAPS:
+        for tap in _taps(padded, window, strides, out_hw):
+            total = total + tap
+        return total
+    span = (x.shape[0], (oh - 1) * sh + 1, (ow - 1) * sw + 1, x.shape[3])
+
+    def add_tap(k: Any, acc: Any) -> Any:
+        view = lax.dynamic_slice(padded, (0, k // fw, k % fw, 0), span)
+        return acc + view[:, ::sh, ::sw, :]
+
+    return lax.fori_loop(0, fh * fw, add_tap, total)
 
 
 @register("MAX_POOL_2D")
@@ -152,7 +167,7 @@ class AveragePool2D(_Pool):
     def pool_xla(self, ctx, x, window, strides, pads, out_hw):
         counts = _window_counts(x.shape, window, strides, pads, out_hw).astype(x.dtype)
         if ctx.official_float_order:  # XLA CPU's float32 division is an ulp off in about a third of cases
-            return fp.divide_f32_exactly(ctx.xp, _window_sum_in_order(ctx.xp, x, window, strides, pads, out_hw),
+            return fp.divide_f32_exactly(ctx.xp, _window_sum_in_order(ctx.xp, ctx.lax, x, window, strides, pads, out_hw),
                                          counts)
         return _window_sum(ctx.lax, x, window, strides, pads) / counts
 
