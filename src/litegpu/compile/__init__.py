@@ -1,8 +1,26 @@
-"""Deciding where and how a model runs: the delegation plan and the precision policy."""
+"""Deciding where and how a model runs: the delegation plan and the precision policy.
 
-from .plan import (CPU, GPU, NPU, LOWERED_CACHE_KEY, Accelerator, Boundary, DelegationPlan, PartialDelegationWarning,
-                   Partition, PlannedModel, UnsupportedOp, plan, plan_model)
-from .precision import PRECISIONS, PrecisionPolicy, precision_policy
+The names are imported on first use (PEP 562): ``runtime.options`` needs only ``compile.precision``, and a warm
+start that reads its plan from the compile cache (``runtime.warm_start``) does not import the planner."""
+
+import importlib
+
+_PLAN = ("CPU", "GPU", "NPU", "LOWERED_CACHE_KEY", "Accelerator", "Boundary", "DelegationPlan",
+         "PartialDelegationWarning", "Partition", "PlannedModel", "UnsupportedOp", "plan", "plan_model")
+_WHERE = {**{name: ".plan" for name in _PLAN},
+          **{name: ".precision" for name in ("PRECISIONS", "PrecisionPolicy", "precision_policy")}}
 
 __all__ = ["CPU", "GPU", "NPU", "LOWERED_CACHE_KEY", "Accelerator", "Boundary", "DelegationPlan", "PRECISIONS", "PartialDelegationWarning",
            "Partition", "PlannedModel", "PrecisionPolicy", "UnsupportedOp", "plan", "plan_model", "precision_policy"]
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

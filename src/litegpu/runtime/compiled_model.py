@@ -21,14 +21,12 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import ir
 from ..backends import registry
-from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, DelegationPlan, plan_model
-from ..compile.choices import obvious_by_size
 from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
                       TensorBufferError)
 from ..ir import numpy_dtype
@@ -38,6 +36,10 @@ from .event import Event
 from .model import Model, SignatureInfo, read, signatures_of
 from .options import HardwareAccelerator, Options, resolve_options
 from .tensor_buffer import TensorBuffer, as_array
+from . import warm_start
+
+if TYPE_CHECKING:
+    from ..compile import DelegationPlan
 
 HOST_MEMORY_BUFFER_TYPE = 1  # kLiteRtTensorBufferTypeHostMemory, what the official requirements report
 
@@ -163,10 +165,7 @@ def _model_fingerprint(model: ir.Model) -> str:
     from ..backends.cache import fingerprint
 
     if model.source and os.path.isfile(model.source):
-        import mmap
-
-        with open(model.source, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return fingerprint(data)
+        return warm_start.file_fingerprint(model.source)
     from ..format import file_format
     from ..ir.save import to_bytes
 
@@ -205,6 +204,23 @@ class CompiledModel:
     do not write a buffer from one thread while another run reads it.
     """
 
+    # A warm start (``runtime.warm_start``) has no IR or plan until something asks for them: read then.
+    _warm: warm_start.WarmRecord | None = None
+    _warm_key: str | None = None  # where a first start of the plain kind records itself for the next
+
+    @functools.cached_property
+    def _ir(self) -> ir.Model:
+        return self._warm.model()
+
+    @functools.cached_property
+    def _plan(self) -> DelegationPlan:
+        return self._warm.plan(self._xla_ir, self._ir)
+
+    @functools.cached_property
+    def _io_subgraphs(self) -> Any:
+        """The subgraphs as far as the signatures' tensors go: the IR's, or a warm start's record of them."""
+        return self._warm.spec.subgraphs if self._warm is not None else self._ir.subgraphs
+
     def __init__(self, model: ir.Model | Model, options: Options | None = None,
                  environment: Environment | None = None, *, model_digest: str | None = None):
         self._ir = model.ir if isinstance(model, Model) else model
@@ -234,7 +250,36 @@ class CompiledModel:
                   environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
         """Load, verify and prepare a model file; compilation happens on each signature's first run."""
         resolved = resolve_options(options, hardware_accel)
-        return cls(read(model_path), resolved, environment)
+        record, key = warm_start.find(model_path, resolved, open_cache(resolved) if warm_start.eligible_options(
+            resolved) else None, lambda token: model_cache_key(None, token))
+        if record is not None:
+            return cls._started_warm(record, resolved, environment)
+        model = cls(read(model_path), resolved, environment)
+        model._warm_key = key
+        return model
+
+    @classmethod
+    def _started_warm(cls, record: warm_start.WarmRecord, options: Options,
+                      environment: Environment | None) -> "CompiledModel":
+        """A model started from its warm-start record: what ``__init__`` sets, without the IR or the plan."""
+        from .model import SignatureInfo
+
+        self = cls.__new__(cls)
+        self._warm, self._options = record, options
+        self._environment = environment or Environment.create()
+        self._signatures = tuple(SignatureInfo(i, key, sg, inputs, outputs,
+                                               warm_start.input_dtypes(record.spec, sg, inputs))
+                                 for i, (key, sg, inputs, outputs) in enumerate(record.signatures))
+        self._lock = threading.RLock()
+        self._closed = self._fell_back = False
+        self._cache, self._cache_key = record.cache, record.model_key
+        self._platform, self._devices, self._gpu_engine = "cpu", None, None
+        self._backends, self._reference = {}, None
+        self._state = warm_start.WarmState(record)
+        self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
+        self._signature_positions, self._straight = {}, {}
+        record.executable(self._signatures[0].subgraph)  # the interpreter loads the file now, as a first start's
+        return self
 
     @classmethod
     def from_buffer(cls, model_data: bytes, hardware_accel: HardwareAccelerator | int | None = None,
@@ -254,9 +299,13 @@ class CompiledModel:
         return cls(model, resolve_options(options, hardware_accel), environment)
 
     def _choose_accelerator(self, flags: int) -> tuple[str, DelegationPlan]:
+        from ..compile import CPU, GPU, NPU
+
         if flags & NPU and not flags & (CPU | GPU):
             raise AcceleratorUnavailableError("litegpu has no NPU backend; use HardwareAccelerator.GPU and/or "
                                               "HardwareAccelerator.CPU")
+        from ..compile import LOWERED_CACHE_KEY, plan_model
+
         wanted = flags & (CPU | GPU)
         reasons = ["litegpu has no NPU backend"] if flags & NPU else []
         self._gpu_engine = None
@@ -448,7 +497,7 @@ class CompiledModel:
         raise SignatureError(f"a signature is an index or a key, not {type(signature).__name__}")
 
     def _tensor(self, sig: SignatureInfo, index: int) -> ir.Tensor:
-        return self._ir.subgraphs[sig.subgraph].tensors[index]
+        return self._io_subgraphs[sig.subgraph].tensors[index]
 
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
         self._check_open()
@@ -514,7 +563,7 @@ class CompiledModel:
         current = self._input_shapes[s.index]
         declared = [self._tensor(s, t).shape for _, t in s.inputs]
         if list(current) != list(declared):
-            sg = self._ir.subgraphs[s.subgraph]
+            sg = self._io_subgraphs[s.subgraph]
             by_tensor = {t: shape for shape, (_, t) in zip(current, s.inputs)}
             inferred = self._backend(s).output_shapes(
                 [(by_tensor.get(t, sg.tensors[t].shape), numpy_dtype(sg.tensors[t].dtype)) for t in sg.inputs])
@@ -593,6 +642,8 @@ class CompiledModel:
                 backend = self._make_backend(s.subgraph)
                 self._backends[s.index] = backend
                 self._open_straight_path(s, backend)
+                if self._warm_key is not None:
+                    self._remember_warm_start(backend)
             return backend
 
     def _open_straight_path(self, s: SignatureInfo, backend: Any) -> None:
@@ -602,7 +653,7 @@ class CompiledModel:
         run = offer() if offer is not None else None
         if run is None:
             return
-        sg = self._ir.subgraphs[s.subgraph]
+        sg = self._io_subgraphs[s.subgraph]
         if [t for _, t in s.inputs] != list(sg.inputs) or [t for _, t in s.outputs] != list(sg.outputs):
             return
         output_dtypes = [np.dtype(numpy_dtype(self._tensor(s, t).dtype)) for _, t in s.outputs]
@@ -658,11 +709,22 @@ class CompiledModel:
                                                                 and fidelity.HYBRID_ENGINE not in allowed):
                 self._hybrid = fidelity.HybridVerdict(False, "not a dynamic-range model on the fast path")
             else:  # a small model: the official interpreter runs it untimed (compile.choices)
+                from ..compile.choices import obvious_by_size
+
                 self._hybrid = fidelity.fast_path_verdict(self._ir, lambda: obvious_by_size(self._ir), settings,
                                                           self._cache, self._cache_key)
         return self._hybrid
 
+    def _remember_warm_start(self, backend: Any) -> None:
+        """After a first start's first backend: its warm-start record, where the plan is of the plain kind."""
+        key, self._warm_key = self._warm_key, None
+        if not self._fell_back and self._devices is None and self._cache_key.keys() == {
+                "model_token", "litegpu", "litegpu_code"}:
+            warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend)
+
     def _make_backend(self, subgraph: int) -> Any:
+        if self._warm is not None:
+            return warm_start.WarmSignature(self._warm.executable(subgraph), subgraph)
         if self._plan.is_split or not registry.info(self._plan.engine).runtime_owned:
             return self._partitioned().signature(subgraph)
         if self._plan.target is Target.REFERENCE:
@@ -800,7 +862,7 @@ class CompiledModel:
         subgraph's outputs (a SignatureDef may order them differently); computed once per signature."""
         found = self._signature_positions.get(s.index)
         if found is None:
-            sg = self._ir.subgraphs[s.subgraph]
+            sg = self._io_subgraphs[s.subgraph]
             given = [t for _, t in s.inputs]
             missing = [t for t in sg.inputs if t not in given]
             if missing:

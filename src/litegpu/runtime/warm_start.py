@@ -1,0 +1,263 @@
+"""A warm start without the IR (issue 35): a model the official interpreter runs whole, loaded again from the same
+file with the same options and the same litegpu, starts from a record in the compile cache instead of reading the
+file into the IR and planning it.
+
+The record is written by the first start that ran such a model (``remember``), under a key made of the model's
+cache key (its bytes' xxh3, litegpu's version and the fingerprint of its sources), the options that shape the plan
+and the official package's version: a changed file, changed options or changed litegpu code miss, and are planned
+as before.  It holds what the API needs without the model: each signature's tensors (names, indices, dtypes,
+shapes), the interpreter's thread count, and the plan itself (pickled, unpickled only when asked).  On a hit the
+official interpreter reads the file straight away; the IR is read only where something asks for it (``model``,
+``plan``, a path that needs it), and then checked against the record's fingerprint, so that a file changed since
+the start fails loudly instead of disagreeing with what runs.
+
+Only the plain case is recorded: CPU only, the whole model on the official interpreter over the file as it is,
+every signature naming its subgraph's inputs and outputs in order, no model token, no devices, no custom op
+registered from Python.  Anything else is planned at every start as before."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import ModelFormatError
+
+RECORD_VERSION = 1
+ENGINE = "litert"  # the engine a record may name: the official interpreter, which needs only the file
+
+
+class TensorSpec(NamedTuple):
+    """What the API reads of a signature's tensor (``ir.Tensor``'s fields of the same names)."""
+
+    name: str
+    index: int
+    dtype: str
+    shape: tuple[int, ...]
+    shape_signature: tuple[int, ...] | None
+
+
+class SubgraphSpec(NamedTuple):
+    """A subgraph as a warm start sees it: its inputs, outputs and those tensors (``ir.Subgraph``'s fields)."""
+
+    index: int
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    tensors: dict[int, TensorSpec]
+    num_ops: int
+
+
+class ModelSpec(NamedTuple):
+    """What the official interpreter's executable reads of the model (``ir.Model``'s fields)."""
+
+    source: str
+    subgraphs: dict[int, SubgraphSpec]
+
+
+def file_fingerprint(path: str) -> str:
+    """xxh3 of the file's bytes, streamed over a memory map (the model token of the compile cache)."""
+    import mmap
+
+    from ..backends.cache import fingerprint
+
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return fingerprint(b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return fingerprint(data)
+
+
+def options_key(options: Any) -> str:
+    """The options that shape the plan and the run, as text (``Options.__repr__`` names all of them)."""
+    return f"{options!r} cpu={options.cpu_options!r} gpu={options.gpu_options!r}"
+
+
+def _python_ops_registered() -> bool:
+    """Whether a custom op is registered from Python (the official interpreter then no longer runs the model);
+    registering one loads the op catalog, so none is where it is not loaded (asking would load it: 0.1 s)."""
+    import sys
+
+    if "litegpu.ops._catalog" not in sys.modules:
+        return False
+    from ..ops.custom.python_ops import PythonCustomOp
+    from ..ops.registry import custom_ops
+
+    return any(isinstance(op, PythonCustomOp) for op in custom_ops().values())
+
+
+def eligible_options(options: Any) -> bool:
+    """Whether a start with these options may be recorded and started warm: the compile cache on, CPU only, the
+    file's bytes naming the model (no token), one device."""
+    return (options.compile_cache and int(options.hardware_accelerators) == 1 and options.cache_token is None
+            and options.devices is None and not options.vendor_options)
+
+
+def record_key(model_key: dict, options: Any) -> str:
+    from ..backends.cache import make_key
+    from ..backends.litert import litert_version
+
+    return make_key({**model_key, "warm start": RECORD_VERSION, "options": options_key(options),
+                     "litert": litert_version()})
+
+
+class WarmRecord:
+    """A record read back: the signatures' tensors, the thread count, the plan; ``model()`` reads the IR."""
+
+    def __init__(self, path: str, token: str, model_key: dict, record: dict):
+        self.path, self.token, self.model_key = path, token, model_key
+        self.threads = int(record["threads"])
+        subgraphs: dict[int, SubgraphSpec] = {}
+        for sg in record["subgraphs"]:
+            tensors = {int(t[1]): TensorSpec(str(t[0]), int(t[1]), str(t[2]), tuple(int(d) for d in t[3]),
+                                             None if t[4] is None else tuple(int(d) for d in t[4]))
+                       for t in sg["tensors"]}
+            subgraphs[int(sg["index"])] = SubgraphSpec(int(sg["index"]), tuple(sg["inputs"]), tuple(sg["outputs"]),
+                                                        tensors, int(sg["num_ops"]))
+        self.spec = ModelSpec(path, subgraphs)
+        self.signatures = [(str(s["key"]), int(s["subgraph"]), tuple((str(n), int(t)) for n, t in s["inputs"]),
+                            tuple((str(n), int(t)) for n, t in s["outputs"])) for s in record["signatures"]]
+        self._plan = base64.b64decode(record["plan"])
+
+    def model(self) -> Any:
+        """The model's IR, read from the file now: a file changed since the start is an error, not a silent
+        disagreement with the interpreter that runs the bytes read then."""
+        from .model import read
+
+        model = read(self.path)
+        if file_fingerprint(self.path) != self.token:
+            raise ModelFormatError(f"{self.path}: the file changed after this CompiledModel loaded it; load it again")
+        return model
+
+    def plan(self, planned: Any, file_model: Any) -> Any:
+        """The plan the first start made (its ``model`` the model it was made on, ``file_model`` the file's)."""
+        import dataclasses
+
+        return dataclasses.replace(pickle.loads(self._plan), model=planned, file_model=file_model)
+
+    def executable(self, subgraph: int) -> Any:
+        """The official interpreter's executable of one whole subgraph, over the file (one interpreter shared by
+        all the signatures, as ``LiteRtEngine.interpreter`` makes it)."""
+        from ..backends.graph import OpRange
+        from ..backends.litert import LiteRtExecutable, _SharedInterpreter
+
+        shared = self.__dict__.get("_shared")
+        if shared is None:
+            shared = self._shared = _SharedInterpreter(self.spec, self.path, self.threads)
+        sg = self.spec.subgraphs[subgraph]
+        return LiteRtExecutable(shared, OpRange(subgraph, tuple(range(sg.num_ops)), sg.inputs, sg.outputs), self.spec)
+
+
+class WarmSignature:
+    """A signature's backend on a warm start: the interface ``CompiledModel`` calls (``PartitionedSignature``'s for
+    one host unit running the whole subgraph)."""
+
+    def __init__(self, executable: Any, subgraph: int):
+        self.executable, self.subgraph_index = executable, subgraph
+        self.run = executable.run
+
+    def straight_run(self) -> Any:
+        return self.executable.run_arrays
+
+    def output_shapes(self, input_shapes: Any) -> Any:
+        return self.executable.output_shapes([shape for shape, _ in input_shapes])
+
+    def reset_variables(self) -> None:
+        self.executable.shared.reset_variables()
+
+
+class WarmState:
+    """The model's state on a warm start (``CompiledModel._state``): assigning ``variables`` resets them."""
+
+    def __init__(self, record: WarmRecord):
+        self.record = record
+
+    @property
+    def variables(self) -> dict:
+        return {}
+
+    @variables.setter
+    def variables(self, value: dict) -> None:
+        shared = self.record.__dict__.get("_shared")
+        if shared is not None:
+            shared.reset_variables()
+
+
+def find(path: Any, options: Any, cache: Any, model_key_of: Any) -> tuple[WarmRecord | None, str | None]:
+    """(the record of ``path`` under ``options``, or None; the key a first start stores it under, or None where
+    this start cannot be warm).  ``model_key_of(token)``: the model's compile cache key for its bytes' token."""
+    if cache is None or not isinstance(path, (str, os.PathLike)) or not eligible_options(options):
+        return None, None
+    path = os.fspath(path)
+    if not os.path.isfile(path) or _python_ops_registered():
+        return None, None
+    try:
+        token = file_fingerprint(path)
+    except (OSError, ValueError):
+        return None, None  # the cold path reads the file and says what is wrong
+    model_key = model_key_of(token)
+    key = record_key(model_key, options)
+    blob = cache.load(key)
+    if blob is None:
+        return None, key
+    try:
+        record = WarmRecord(path, token, model_key, json.loads(blob))
+        record.cache = cache
+        return record, key
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        cache.discard(key, f"an unreadable warm-start record ({e})")
+        return None, key
+
+
+def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backend: Any) -> bool:
+    """Store the record of a first start whose plan runs ``model`` whole on the official interpreter over its
+    file (``backend``: the first signature's, made); False where the start is not of that kind."""
+    if plan.engine != ENGINE or plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes:
+        return False
+    whole = getattr(backend, "whole_executable", None)
+    executable = whole() if whole is not None else None
+    shared = getattr(executable, "shared", None)
+    if shared is None or shared.file is None or not model.source or \
+            os.path.abspath(shared.file) != os.path.abspath(model.source):
+        return False
+    subgraphs = []
+    for index in sorted({s.subgraph for s in signatures}):
+        sg = model.subgraphs[index]
+        named = [s for s in signatures if s.subgraph == index]
+        if any([t for _, t in s.inputs] != list(sg.inputs) or [t for _, t in s.outputs] != list(sg.outputs)
+               for s in named):
+            return False  # a signature in another order than its subgraph: planned at every start
+        tensors = [[sg.tensors[t].name, t, sg.tensors[t].dtype, list(sg.tensors[t].shape),
+                    None if sg.tensors[t].shape_signature is None else list(sg.tensors[t].shape_signature)]
+                   for t in dict.fromkeys([*sg.inputs, *sg.outputs])]
+        subgraphs.append({"index": index, "inputs": list(sg.inputs), "outputs": list(sg.outputs),
+                          "tensors": tensors, "num_ops": len(sg.operators)})
+    import dataclasses
+
+    record = {"version": RECORD_VERSION, "threads": shared.threads, "subgraphs": subgraphs,
+              "signatures": [{"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs}
+                             for s in signatures],
+              "plan": base64.b64encode(pickle.dumps(dataclasses.replace(plan, model=None, file_model=None))).decode()}
+    from ..backends.cache import found_or_made
+
+    def store() -> bool:
+        cache.store(key, json.dumps(record).encode(), {"engine": ENGINE, "what": "warm start",
+                                                       "source": model.source})
+        return True
+
+    # processes starting together (a server's workers) store it once: the others find it under the lock
+    return found_or_made(cache, key, lambda: cache.load(key) is not None or None, store)
+
+
+def input_dtypes(spec: ModelSpec, subgraph: int, inputs: Any) -> tuple[np.dtype, ...]:
+    from ..ir.dtypes import numpy_dtype
+
+    tensors = spec.subgraphs[subgraph].tensors
+    return tuple(np.dtype(numpy_dtype(tensors[t].dtype)) for _, t in inputs)
+
+
+__all__ = ["ModelSpec", "SubgraphSpec", "TensorSpec", "WarmRecord", "WarmSignature", "WarmState", "find",
+           "file_fingerprint", "remember"]
