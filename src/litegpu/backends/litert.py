@@ -42,7 +42,6 @@ import numpy as np
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
-from ..ir.save import constant_bytes
 from ..ops import Target
 from .engine import (SUB_BYTE_DTYPES, Engine, EngineContext, EngineSettings, Executable, cpu_name, installed_version,
                      integer_arithmetic, physical_cores)
@@ -170,6 +169,8 @@ class LiteRtEngine(Engine):
         cannot honour, weights it would copy or run slowly, custom ops that live in litegpu only."""
         if self.settings.precision != "fp32":
             return f"the official interpreter computes in fp32 here, not {self.settings.precision}"
+        from ..ir.save import constant_bytes  # the file encoder: not imported by a warm start
+
         weights = constant_bytes(model)
         if weights > MAX_LITERT_MODEL_BYTES:
             return (f"the model's weights pass {MAX_LITERT_MODEL_BYTES >> 20} MiB: XLA maps them in place, "

@@ -17,10 +17,8 @@ registered from Python.  Anything else is planned at every start as before."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import pickle
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,8 +70,9 @@ def file_fingerprint(path: str) -> str:
 
 
 def options_key(options: Any) -> str:
-    """The options that shape the plan and the run, as text (``Options.__repr__`` names all of them)."""
-    return f"{options!r} cpu={options.cpu_options!r} gpu={options.gpu_options!r}"
+    """The options that shape the plan and the run, as text: ``Options.__repr__`` names all of them (the CPU and
+    GPU options as given: defaults left out are None, a record of their own)."""
+    return repr(options)
 
 
 def _python_ops_registered() -> bool:
@@ -120,7 +119,7 @@ class WarmRecord:
         self.spec = ModelSpec(path, subgraphs)
         self.signatures = [(str(s["key"]), int(s["subgraph"]), tuple((str(n), int(t)) for n, t in s["inputs"]),
                             tuple((str(n), int(t)) for n, t in s["outputs"])) for s in record["signatures"]]
-        self._plan = base64.b64decode(record["plan"])
+        self._plan = str(record["plan"])
 
     def model(self) -> Any:
         """The model's IR, read from the file now: a file changed since the start is an error, not a silent
@@ -134,9 +133,11 @@ class WarmRecord:
 
     def plan(self, planned: Any, file_model: Any) -> Any:
         """The plan the first start made (its ``model`` the model it was made on, ``file_model`` the file's)."""
+        import base64
         import dataclasses
+        import pickle
 
-        return dataclasses.replace(pickle.loads(self._plan), model=planned, file_model=file_model)
+        return dataclasses.replace(pickle.loads(base64.b64decode(self._plan)), model=planned, file_model=file_model)
 
     def executable(self, subgraph: int) -> Any:
         """The official interpreter's executable of one whole subgraph, over the file (one interpreter shared by
@@ -235,7 +236,9 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
                    for t in dict.fromkeys([*sg.inputs, *sg.outputs])]
         subgraphs.append({"index": index, "inputs": list(sg.inputs), "outputs": list(sg.outputs),
                           "tensors": tensors, "num_ops": len(sg.operators)})
+    import base64
     import dataclasses
+    import pickle
 
     record = {"version": RECORD_VERSION, "threads": shared.threads, "subgraphs": subgraphs,
               "signatures": [{"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs}
