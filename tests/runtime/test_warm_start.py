@@ -114,3 +114,15 @@ def test_no_record_without_the_cache_or_off_the_plain_path(tmp_path, reads):
         model.run([np.ones((1, 4), np.float32)])
         assert model._warm is None  # XLA's program is cached, the IR still read
     assert len(reads) == 4 and os.path.isfile(path)
+
+
+def test_a_warm_start_resets_variables_and_reports_the_weights_as_a_first_start(tmp_path):
+    path = small_model(tmp_path / "m.tflite")
+    cold, _ = start(path, tmp_path / "c")
+    warm, _ = start(path, tmp_path / "c")
+    warm.reset_all_variables()
+    assert np.array_equal(warm(np.ones((1, 4), np.float32)), [[2, 2, 2, 2]])
+    assert warm.weight_placement() == cold.weight_placement()
+    warm.close()
+    with pytest.raises(litegpu.ClosedError):
+        warm.run([np.ones((1, 4), np.float32)])

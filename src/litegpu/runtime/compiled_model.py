@@ -282,7 +282,7 @@ class CompiledModel:
         self._cache, self._cache_key = record.cache, record.model_key
         self._platform, self._devices, self._gpu_engine = "cpu", None, None
         self._backends, self._reference = {}, None
-        self._state = warm_start.WarmState(record)
+        self._state = warm_start.WarmState(record, self)
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions, self._straight = {}, {}
         record.executable(self._signatures[0].subgraph)  # the interpreter loads the file now, as a first start's

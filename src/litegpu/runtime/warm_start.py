@@ -17,6 +17,7 @@ registered from Python.  Anything else is planned at every start as before."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, NamedTuple
@@ -171,10 +172,12 @@ class WarmSignature:
 
 
 class WarmState:
-    """The model's state on a warm start (``CompiledModel._state``): assigning ``variables`` resets them."""
+    """The model's state on a warm start (``CompiledModel._state``): assigning ``variables`` resets the
+    interpreter's; what a first start's ``PartitionedModel`` reports on the weights (``weight_placement``) comes
+    from one made when asked, over the IR then read."""
 
-    def __init__(self, record: WarmRecord):
-        self.record = record
+    def __init__(self, record: WarmRecord, owner: Any):
+        self.record, self.owner = record, owner
 
     @property
     def variables(self) -> dict:
@@ -185,6 +188,20 @@ class WarmState:
         shared = self.record.__dict__.get("_shared")
         if shared is not None:
             shared.reset_variables()
+
+    @functools.cached_property
+    def _partitioned(self) -> Any:
+        from .partitioned import PartitionedModel
+
+        owner = self.owner
+        return PartitionedModel(owner._xla_ir, owner._plan, precision=owner._options.precision,
+                                device=owner._environment.device, cache=owner._cache, cache_key=owner._cache_key)
+
+    def state(self, platform: str) -> Any:
+        return self._partitioned.state(platform)
+
+    def placement_report(self, platform: str) -> Any:
+        return self._partitioned.placement_report(platform)
 
 
 def find(path: Any, options: Any, cache: Any, model_key_of: Any) -> tuple[WarmRecord | None, str | None]:
