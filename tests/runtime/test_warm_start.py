@@ -126,3 +126,20 @@ def test_a_warm_start_resets_variables_and_reports_the_weights_as_a_first_start(
     warm.close()
     with pytest.raises(litegpu.ClosedError):
         warm.run([np.ones((1, 4), np.float32)])
+
+
+def test_every_signature_of_a_real_model_runs_warm_as_cold(tmp_path, shared_models):
+    path = str(shared_models / "two_signatures_float32.tflite")
+    cache = tmp_path / "c"
+    cold = litegpu.CompiledModel.from_file(path, options=options(cache))
+    warm = None
+    rng = np.random.default_rng(0)
+    for index in range(cold.get_num_signatures()):
+        details = cold.get_input_tensor_details(index)
+        inputs = {n: rng.uniform(-1, 1, d["shape"]).astype(d["dtype"]) for n, d in details.items()}
+        expected = cold.run(inputs, index)
+        warm = warm or litegpu.CompiledModel.from_file(path, options=options(cache))
+        assert warm._warm is not None and warm.get_input_tensor_details(index) == details
+        got = warm.run(inputs, cold.get_signature_by_index(index)["key"])
+        assert got.keys() == expected.keys() and all(np.array_equal(got[k], expected[k]) for k in got)
+    assert warm.get_signature_list() == cold.get_signature_list() and "_ir" not in warm.__dict__
