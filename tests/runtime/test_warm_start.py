@@ -143,3 +143,21 @@ def test_every_signature_of_a_real_model_runs_warm_as_cold(tmp_path, shared_mode
         got = warm.run(inputs, cold.get_signature_by_index(index)["key"])
         assert got.keys() == expected.keys() and all(np.array_equal(got[k], expected[k]) for k in got)
     assert warm.get_signature_list() == cold.get_signature_list() and "_ir" not in warm.__dict__
+
+
+def test_a_warm_start_imports_neither_the_planner_nor_the_file_decoder(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = small_model(tmp_path / "m.tflite")
+    start(path, tmp_path / "c")
+    heavy = ("litegpu.compile.plan", "litegpu.format", "litegpu.ir.load", "litegpu.ops._catalog")
+    probe = (f"import json, sys, numpy as np, litegpu\n"
+             f"m = litegpu.CompiledModel.from_file({path!r}, options=litegpu.Options(cpu_options=litegpu.CpuOptions("
+             f"num_threads=1), serialization_dir={str(tmp_path / 'c')!r}))\n"
+             f"y = m(np.ones((1, 4), np.float32))\n"
+             f"print(json.dumps([m._warm is not None, y.tolist(), [n for n in {heavy!r} if n in sys.modules]]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, [[2.0, 2.0, 2.0, 2.0]], []]

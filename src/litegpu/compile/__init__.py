@@ -3,9 +3,10 @@
 The names are imported on first use (PEP 562): ``runtime.options`` needs only ``compile.precision``, and a warm
 start that reads its plan from the compile cache (``runtime.warm_start``) does not import the planner."""
 
-import importlib
 import sys
 import types
+
+from .._lazy import lazy_names
 
 _PLAN = ("CPU", "GPU", "NPU", "LOWERED_CACHE_KEY", "Accelerator", "Boundary", "DelegationPlan",
          "PartialDelegationWarning", "Partition", "PlannedModel", "UnsupportedOp", "plan", "plan_model")
@@ -16,16 +17,7 @@ __all__ = ["CPU", "GPU", "NPU", "LOWERED_CACHE_KEY", "Accelerator", "Boundary", 
            "Partition", "PlannedModel", "PrecisionPolicy", "UnsupportedOp", "plan", "plan_model", "precision_policy"]
 
 
-def __getattr__(name: str):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)
 
 
 class _Package(types.ModuleType):

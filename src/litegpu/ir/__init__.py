@@ -3,7 +3,7 @@
 The names are imported on first use (PEP 562): a warm start that runs a cached model without reading it into the
 IR (``runtime.warm_start``) does not pay for the IR's classes or the FlatBuffer decoder (10-20 ms of a start)."""
 
-import importlib
+from .._lazy import lazy_names
 
 # name -> the module of this package that defines it
 _WHERE = {
@@ -19,13 +19,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)
