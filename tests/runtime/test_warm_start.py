@@ -161,3 +161,24 @@ def test_a_warm_start_imports_neither_the_planner_nor_the_file_decoder(tmp_path)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, [[2.0, 2.0, 2.0, 2.0]], []]
+
+
+def test_a_file_replaced_between_the_lookup_and_the_read_leaves_no_record(tmp_path, monkeypatch):
+    path = small_model(tmp_path / "m.tflite")  # the bytes looked up
+    original = open(path, "rb").read()
+    real = compiled_model.read
+
+    def replaced_first(source):
+        small_model(path, scale=4.0)  # another process rewrites the file just after the lookup
+        return real(source)
+
+    monkeypatch.setattr(compiled_model, "read", replaced_first)
+    model, out = start(path, tmp_path / "c")
+    assert np.array_equal(out["y"], [[0, 4, 8, 12]])
+    monkeypatch.setattr(compiled_model, "read", real)
+    with open(path, "wb") as f:
+        f.write(original)
+    # no record under the bytes looked up, which described the other file: planned again
+    model, out = start(path, tmp_path / "c")
+    assert model._warm is None and np.array_equal(out["y"], [[0, 2, 4, 6]])
+    assert start(path, tmp_path / "c")[0]._warm is not None

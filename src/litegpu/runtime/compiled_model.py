@@ -213,7 +213,8 @@ class CompiledModel:
 
     # A warm start (``runtime.warm_start``) has no IR or plan until something asks for them: read then.
     _warm: warm_start.WarmRecord | None = None
-    _warm_key: str | None = None  # where a first start of the plain kind records itself for the next
+    # where a first start of the plain kind records itself for the next, and the model key that record is for
+    _warm_key: tuple[str, dict] | None = None
 
     @functools.cached_property
     def _ir(self) -> ir.Model:
@@ -257,12 +258,18 @@ class CompiledModel:
                   environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
         """Load, verify and prepare a model file; compilation happens on each signature's first run."""
         resolved = resolve_options(options, hardware_accel)
+        model_keys: list[dict] = []
+
+        def model_key(token: str) -> dict:
+            model_keys.append(model_cache_key(None, token))
+            return model_keys[-1]
+
         record, key = warm_start.find(model_path, resolved, open_cache(resolved) if warm_start.eligible_options(
-            resolved) else None, lambda token: model_cache_key(None, token))
+            resolved) else None, model_key)
         if record is not None:
             return cls._started_warm(record, resolved, environment)
         model = cls(read(model_path), resolved, environment)
-        model._warm_key = key
+        model._warm_key = (key, model_keys[-1]) if key is not None else None
         return model
 
     @classmethod
@@ -306,13 +313,11 @@ class CompiledModel:
         return cls(model, resolve_options(options, hardware_accel), environment)
 
     def _choose_accelerator(self, flags: int) -> tuple[str, DelegationPlan]:
-        from ..compile import CPU, GPU, NPU
+        from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, plan_model
 
         if flags & NPU and not flags & (CPU | GPU):
             raise AcceleratorUnavailableError("litegpu has no NPU backend; use HardwareAccelerator.GPU and/or "
                                               "HardwareAccelerator.CPU")
-        from ..compile import LOWERED_CACHE_KEY, plan_model
-
         wanted = flags & (CPU | GPU)
         reasons = ["litegpu has no NPU backend"] if flags & NPU else []
         self._gpu_engine = None
@@ -724,9 +729,10 @@ class CompiledModel:
 
     def _remember_warm_start(self, backend: Any) -> None:
         """After a first start's first backend: its warm-start record, where the plan is of the plain kind."""
-        key, self._warm_key = self._warm_key, None
-        if not self._fell_back and self._devices is None and self._cache_key.keys() == {
-                "model_token", "litegpu", "litegpu_code"}:
+        (key, model_key), self._warm_key = self._warm_key, None
+        # the key the record was looked up under describes this model: the same bytes (a file replaced between the
+        # lookup and the read is not recorded), the same code, no key of a rewritten model's entries
+        if not self._fell_back and self._devices is None and self._cache_key == model_key:
             warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend)
 
     def _make_backend(self, subgraph: int) -> Any:

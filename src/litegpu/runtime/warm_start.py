@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import ModelFormatError
+
+logger = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
 ENGINE = "litert"  # the engine a record may name: the official interpreter, which needs only the file
@@ -257,10 +260,15 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
     import dataclasses
     import pickle
 
+    try:
+        pickled = pickle.dumps(dataclasses.replace(plan, model=None, file_model=None))
+    except (pickle.PicklingError, TypeError, AttributeError) as e:  # a plan holding what pickle cannot keep
+        logger.info("%s: no warm-start record: the plan cannot be kept (%s)", model.source, e)
+        return False
     record = {"version": RECORD_VERSION, "threads": shared.threads, "subgraphs": subgraphs,
               "signatures": [{"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs}
                              for s in signatures],
-              "plan": base64.b64encode(pickle.dumps(dataclasses.replace(plan, model=None, file_model=None))).decode()}
+              "plan": base64.b64encode(pickled).decode()}
     from ..backends.cache import found_or_made
 
     def store() -> bool:
