@@ -182,3 +182,12 @@ def test_a_file_replaced_between_the_lookup_and_the_read_leaves_no_record(tmp_pa
     model, out = start(path, tmp_path / "c")
     assert model._warm is None and np.array_equal(out["y"], [[0, 2, 4, 6]])
     assert start(path, tmp_path / "c")[0]._warm is not None
+
+
+def test_a_process_on_fewer_cores_plans_again(tmp_path, monkeypatch):
+    from litegpu.backends import engine
+
+    path = small_model(tmp_path / "m.tflite")
+    start(path, tmp_path / "c")
+    monkeypatch.setattr(engine, "physical_cores", lambda: 64)  # another machine sharing the cache, or pinned
+    assert start(path, tmp_path / "c")[0]._warm is None

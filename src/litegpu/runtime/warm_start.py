@@ -100,11 +100,15 @@ def eligible_options(options: Any) -> bool:
 
 
 def record_key(model_key: dict, options: Any) -> str:
+    """The record's key: the model's, the options, the official package's version, and what the thread count was
+    decided for (the cores this process may use, the CPU: a cache shared by other machines or a process pinned to
+    fewer cores plans again)."""
     from ..backends.cache import make_key
+    from ..backends.engine import cpu_name, physical_cores
     from ..backends.litert import litert_version
 
     return make_key({**model_key, "warm start": RECORD_VERSION, "options": options_key(options),
-                     "litert": litert_version()})
+                     "litert": litert_version(), "cores": physical_cores(), "cpu": cpu_name()})
 
 
 class WarmRecord:
