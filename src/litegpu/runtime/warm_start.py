@@ -3,9 +3,9 @@ file with the same options and the same litegpu, starts from a record in the com
 file into the IR and planning it.
 
 The record is written by the first start that ran such a model (``remember``), under a key made of the model's
-cache key (its bytes' xxh3, litegpu's version and the fingerprint of its sources), the options that shape the plan
-and the official package's version: a changed file, changed options or changed litegpu code miss, and are planned
-as before.  It holds what the API needs without the model: each signature's tensors (names, indices, dtypes,
+cache key (its bytes' xxh3, litegpu's version and the fingerprint of its sources), the options that shape the plan,
+the official package's version, the CPU and the cores this process may use: a changed file, changed options or
+changed litegpu code miss, and are planned as before.  It holds what the API needs without the model: each signature's tensors (names, indices, dtypes,
 shapes), the interpreter's thread count, and the plan itself (pickled, unpickled only when asked).  On a hit the
 official interpreter reads the file straight away; the IR is read only where something asks for it (``model``,
 ``plan``, a path that needs it), and then checked against the record's fingerprint, so that a file changed since
