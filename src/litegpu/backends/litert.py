@@ -169,8 +169,6 @@ class LiteRtEngine(Engine):
         cannot honour, weights it would copy or run slowly, custom ops that live in litegpu only."""
         if self.settings.precision != "fp32":
             return f"the official interpreter computes in fp32 here, not {self.settings.precision}"
-        from ..ir.save import constant_bytes  # the file encoder: not imported by a warm start
-
         weights = constant_bytes(model)
         if weights > MAX_LITERT_MODEL_BYTES:
             return (f"the model's weights pass {MAX_LITERT_MODEL_BYTES >> 20} MiB: XLA maps them in place, "
@@ -433,6 +431,14 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     if one is None or more is None:
         return cores
     return 1 if one <= more * (1 + TIE_MARGIN) else cores
+
+
+def constant_bytes(model: Model) -> int:
+    """``ir.save.constant_bytes``, imported when asked: its module brings the file encoder, which a warm start
+    (``runtime.warm_start``) does not import."""
+    from ..ir.save import constant_bytes as counted
+
+    return counted(model)
 
 
 def sub_byte_refusal(model: Model) -> str | None:
