@@ -191,3 +191,13 @@ def test_a_process_on_fewer_cores_plans_again(tmp_path, monkeypatch):
     start(path, tmp_path / "c")
     monkeypatch.setattr(engine, "physical_cores", lambda: 64)  # another machine sharing the cache, or pinned
     assert start(path, tmp_path / "c")[0]._warm is None
+
+
+def test_a_record_of_another_engine_version_is_made_again(tmp_path, monkeypatch):
+    from litegpu.backends.litert import LiteRtEngine
+
+    path = small_model(tmp_path / "m.tflite")
+    start(path, tmp_path / "c")
+    monkeypatch.setattr(LiteRtEngine, "version", lambda self: "0.0 (upgraded)")
+    assert start(path, tmp_path / "c")[0]._warm is None  # discarded, and recorded again for this version
+    assert start(path, tmp_path / "c")[0]._warm is not None

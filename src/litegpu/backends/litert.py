@@ -270,6 +270,29 @@ class LiteRtEngine(Engine):
         for shared in self._interpreters.values():
             shared.reset_variables()
 
+    def version(self) -> str:
+        return litert_version()
+
+    def file_record(self, executable: Any, file: str) -> dict | None:
+        """The thread count of an interpreter over ``file`` as it is (not a sub-model, not a rewritten or converted
+        copy), running one of its entry subgraphs whole."""
+        shared = getattr(executable, "shared", None)
+        if not isinstance(executable, LiteRtExecutable) or shared.file is None \
+                or os.path.abspath(shared.file) != os.path.abspath(file) \
+                or executable._subgraph != executable.op_range.subgraph:
+            return None
+        return {"threads": shared.threads}
+
+    def from_file_record(self, file: str, model: Any, record: dict, subgraph: int) -> "LiteRtExecutable":
+        """The interpreter over ``file`` with the recorded thread count (one for all the subgraphs, as
+        ``interpreter`` makes it), running ``subgraph`` whole."""
+        key = (id(model), None)
+        if key not in self._interpreters:
+            self._interpreters[key] = _SharedInterpreter(model, file, int(record["threads"]))
+        sg = model.subgraphs[subgraph]
+        whole = OpRange(subgraph, tuple(range(sg.num_ops)), tuple(sg.inputs), tuple(sg.outputs))
+        return LiteRtExecutable(self._interpreters[key], whole, model)
+
     # ---- choice --------------------------------------------------------------------------------
     def _choice_key(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
         if self.cache is None:

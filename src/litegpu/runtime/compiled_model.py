@@ -737,7 +737,7 @@ class CompiledModel:
 
     def _make_backend(self, subgraph: int) -> Any:
         if self._warm is not None:
-            return warm_start.WarmSignature(self._warm.executable(subgraph), subgraph)
+            return warm_start.WarmSignature(self._warm.executable(subgraph), self._warm.engine, subgraph)
         if self._plan.is_split or not registry.info(self._plan.engine).runtime_owned:
             return self._partitioned().signature(subgraph)
         if self._plan.target is Target.REFERENCE:

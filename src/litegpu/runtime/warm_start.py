@@ -1,18 +1,19 @@
-"""A warm start without the IR (issue 35): a model the official interpreter runs whole, loaded again from the same
-file with the same options and the same litegpu, starts from a record in the compile cache instead of reading the
-file into the IR and planning it.
+"""A warm start without the IR (issue 35): a model that one engine runs whole over its file (the official
+interpreter: ``Engine.file_record``), loaded again from the same file with the same options and the same litegpu,
+starts from a record in the compile cache instead of reading the file into the IR and planning it.
 
 The record is written by the first start that ran such a model (``remember``), under a key made of the model's
 cache key (its bytes' xxh3, litegpu's version and the fingerprint of its sources), the options that shape the plan,
-the official package's version, the CPU and the cores this process may use: a changed file, changed options or
-changed litegpu code miss, and are planned as before.  It holds what the API needs without the model: each signature's tensors (names, indices, dtypes,
-shapes), the interpreter's thread count, and the plan itself (pickled, unpickled only when asked).  On a hit the
-official interpreter reads the file straight away; the IR is read only where something asks for it (``model``,
-``plan``, a path that needs it), and then checked against the record's fingerprint, so that a file changed since
-the start fails loudly instead of disagreeing with what runs.
+the CPU and the cores this process may use: a changed file, changed options or changed litegpu code miss, and are
+planned as before; a record of another version of the engine is discarded.  It holds what the API needs without
+the model: each signature's tensors (names, indices, dtypes, shapes), what the engine needs beside the file (the
+interpreter's thread count), and the plan itself (pickled, unpickled only when asked).  On a hit the engine reads
+the file straight away; the IR is read only where something asks for it (``model``, ``plan``, a path that needs
+it), and then checked against the record's fingerprint, so that a file changed since the start fails loudly
+instead of disagreeing with what runs.
 
-Only the plain case is recorded: CPU only, the whole model on the official interpreter over the file as it is,
-every signature naming its subgraph's inputs and outputs in order, no model token, no devices, no custom op
+Only the plain case is recorded: CPU only, the whole model on an engine that keeps a file record, over the file as
+it is, every signature naming its subgraph's inputs and outputs in order, no model token, no devices, no custom op
 registered from Python.  Anything else is planned at every start as before."""
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ModelFormatError
+from ..errors import LiteGpuError, ModelFormatError
 
 logger = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
-ENGINE = "litert"  # the engine a record may name: the official interpreter, which needs only the file
 
 
 class TensorSpec(NamedTuple):
@@ -100,23 +100,28 @@ def eligible_options(options: Any) -> bool:
 
 
 def record_key(model_key: dict, options: Any) -> str:
-    """The record's key: the model's, the options, the official package's version, and what the thread count was
-    decided for (the cores this process may use, the CPU: a cache shared by other machines or a process pinned to
-    fewer cores plans again)."""
+    """The record's key: the model's, the options, and what the engine's choices (a thread count) were made for:
+    the cores this process may use and the CPU (a cache shared by other machines, or a process pinned to fewer
+    cores, plans again)."""
     from ..backends.cache import make_key
     from ..backends.engine import cpu_name, physical_cores
-    from ..backends.litert import litert_version
 
     return make_key({**model_key, "warm start": RECORD_VERSION, "options": options_key(options),
-                     "litert": litert_version(), "cores": physical_cores(), "cpu": cpu_name()})
+                     "cores": physical_cores(), "cpu": cpu_name()})
 
 
 class WarmRecord:
-    """A record read back: the signatures' tensors, the thread count, the plan; ``model()`` reads the IR."""
+    """A record read back: the signatures' tensors, the engine and its record, the plan; ``model()`` reads the IR."""
 
     def __init__(self, path: str, token: str, model_key: dict, record: dict):
+        from ..backends import registry
+
         self.path, self.token, self.model_key = path, token, model_key
-        self.threads = int(record["threads"])
+        self.engine = registry.engine(str(record["engine"]))
+        if self.engine.version() != record["engine_version"]:
+            raise ValueError(f"recorded for {record['engine']} {record['engine_version']}, not "
+                             f"{self.engine.version()}")
+        self.engine_record = dict(record["engine_record"])
         subgraphs: dict[int, SubgraphSpec] = {}
         for sg in record["subgraphs"]:
             tensors = {int(t[1]): TensorSpec(str(t[0]), int(t[1]), str(t[2]), tuple(int(d) for d in t[3]),
@@ -148,24 +153,16 @@ class WarmRecord:
         return dataclasses.replace(pickle.loads(base64.b64decode(self._plan)), model=planned, file_model=file_model)
 
     def executable(self, subgraph: int) -> Any:
-        """The official interpreter's executable of one whole subgraph, over the file (one interpreter shared by
-        all the signatures, as ``LiteRtEngine.interpreter`` makes it)."""
-        from ..backends.graph import OpRange
-        from ..backends.litert import LiteRtExecutable, _SharedInterpreter
-
-        shared = self.__dict__.get("_shared")
-        if shared is None:
-            shared = self._shared = _SharedInterpreter(self.spec, self.path, self.threads)
-        sg = self.spec.subgraphs[subgraph]
-        return LiteRtExecutable(shared, OpRange(subgraph, tuple(range(sg.num_ops)), sg.inputs, sg.outputs), self.spec)
+        """The engine's executable of one whole subgraph, over the file."""
+        return self.engine.from_file_record(self.path, self.spec, self.engine_record, subgraph)
 
 
 class WarmSignature:
     """A signature's backend on a warm start: the interface ``CompiledModel`` calls (``PartitionedSignature``'s for
     one host unit running the whole subgraph)."""
 
-    def __init__(self, executable: Any, subgraph: int):
-        self.executable, self.subgraph_index = executable, subgraph
+    def __init__(self, executable: Any, engine: Any, subgraph: int):
+        self.executable, self.engine, self.subgraph_index = executable, engine, subgraph
         self.run = executable.run
 
     def straight_run(self) -> Any:
@@ -175,7 +172,7 @@ class WarmSignature:
         return self.executable.output_shapes([shape for shape, _ in input_shapes])
 
     def reset_variables(self) -> None:
-        self.executable.shared.reset_variables()
+        self.engine.reset_variables()
 
 
 class WarmState:
@@ -192,9 +189,7 @@ class WarmState:
 
     @variables.setter
     def variables(self, value: dict) -> None:
-        shared = self.record.__dict__.get("_shared")
-        if shared is not None:
-            shared.reset_variables()
+        self.record.engine.reset_variables()
 
     @functools.cached_property
     def _partitioned(self) -> Any:
@@ -232,21 +227,26 @@ def find(path: Any, options: Any, cache: Any, model_key_of: Any) -> tuple[WarmRe
         record = WarmRecord(path, token, model_key, json.loads(blob))
         record.cache = cache
         return record, key
-    except (ValueError, KeyError, TypeError, IndexError) as e:
-        cache.discard(key, f"an unreadable warm-start record ({e})")
+    except (ValueError, KeyError, TypeError, IndexError, LiteGpuError) as e:
+        # damaged, or of another version of the engine (or of one no longer registered): made again by this start
+        cache.discard(key, f"a warm-start record not to use ({e})")
         return None, key
 
 
 def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backend: Any) -> bool:
-    """Store the record of a first start whose plan runs ``model`` whole on the official interpreter over its
-    file (``backend``: the first signature's, made); False where the start is not of that kind."""
-    if plan.engine != ENGINE or plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes:
+    """Store the record of a first start whose plan runs ``model`` whole on an engine that can make its executable
+    again from the file alone (``Engine.file_record``; ``backend``: the first signature's, made); False where the
+    start is not of that kind."""
+    from ..backends import registry
+
+    if plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes or not model.source \
+            or registry.info(plan.engine).runtime_owned:
         return False
     whole = getattr(backend, "whole_executable", None)
     executable = whole() if whole is not None else None
-    shared = getattr(executable, "shared", None)
-    if shared is None or shared.file is None or not model.source or \
-            os.path.abspath(shared.file) != os.path.abspath(model.source):
+    engine = registry.engine(plan.engine)
+    engine_record = engine.file_record(executable, model.source) if executable is not None else None
+    if engine_record is None:
         return False
     subgraphs = []
     for index in sorted({s.subgraph for s in signatures}):
@@ -269,14 +269,15 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
     except (pickle.PicklingError, TypeError, AttributeError) as e:  # a plan holding what pickle cannot keep
         logger.info("%s: no warm-start record: the plan cannot be kept (%s)", model.source, e)
         return False
-    record = {"version": RECORD_VERSION, "threads": shared.threads, "subgraphs": subgraphs,
+    record = {"version": RECORD_VERSION, "engine": plan.engine, "engine_version": engine.version(),
+              "engine_record": engine_record, "subgraphs": subgraphs,
               "signatures": [{"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs}
                              for s in signatures],
               "plan": base64.b64encode(pickled).decode()}
     from ..backends.cache import found_or_made
 
     def store() -> bool:
-        cache.store(key, json.dumps(record).encode(), {"engine": ENGINE, "what": "warm start",
+        cache.store(key, json.dumps(record).encode(), {"engine": plan.engine, "what": "warm start",
                                                        "source": model.source})
         return True
 
