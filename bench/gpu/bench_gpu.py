@@ -326,7 +326,12 @@ def cmd_boundaries(args: argparse.Namespace) -> dict:
 def device_param_bytes(model: Any) -> int:
     """Bytes of the weights litegpu holds on the device(s) for this model."""
     state = model._state
-    states = [state] if hasattr(state, "params") else list(getattr(state, "_states", {}).values())
+    if hasattr(state, "params"):  # a whole-model plan: the XLA engine's state
+        states = [state]
+    elif hasattr(state, "_states"):  # a split plan, litegpu before 2026-11-28: the runtime held the states
+        states = list(state._states.values())
+    else:  # a split plan: the XLA engine holds a state per platform
+        states = [s for engine in state.engines.values() for _, s in getattr(engine, "_states", {}).values()]
     try:  # 4-bit weights: two a byte on the device (jax's nbytes counts one byte each)
         from litegpu.backends.xla.state import array_bytes
     except ImportError:  # litegpu before 2026-11-26

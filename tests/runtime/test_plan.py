@@ -159,7 +159,7 @@ def test_detector_runs_split_and_matches_the_official_interpreter(seed):
     _assert_matches(got, _official(model, [x]))
     sig = runner.signature(0)
     # the XLA partitions were traced with the GPU's rules; the NMS/WHERE island ran with numpy
-    assert [getattr(u, "backend", None) and u.backend.target for u in sig.units] == [
+    assert [getattr(u.executable, "backend", None) and u.executable.backend.target for u in sig.units] == [
         Target.XLA_GPU, None, Target.XLA_GPU]
     # image in; boxes, scores, mask to the host; selected back to the device (boxes already there)
     assert sig.transfers == 5

@@ -19,9 +19,12 @@ which would fail to compile (``compile_error``).
 
 This module imports no engine: each engine is a module (or a package: ``xla/``, ``iree/``) of its own that
 subclasses :class:`Engine` here, and the registry names them all; a new engine is one module and one line there.
-The XLA engine's executables are :class:`~litegpu.backends.xla.backend.XlaBackend` objects (one ``jax.jit`` program
-per input shape) and the reference engine's walk the graph with numpy kernels; the runtime still runs those two
-engines' partitions itself over the model's own state (``EngineInfo.runtime_owned``).  Timing engines against each
+Every partition runs through ``compile`` and its executable, the XLA engine's and the numpy reference's too; an
+engine that also runs a whole subgraph as one program (its variables, its control flow: XLA, the reference) says so
+with ``compile_subgraph``, and keeps what its programs share (XLA: the model's weights on each device, donation,
+the generation loop's programs; the reference: the model's numpy runner).  What only some engines can do is asked
+through optional capabilities that answer None where an engine lacks them (``Engine.weights``,
+``Engine.placed``, ``SubgraphProgram.device_program``), never by the engine's class.  Timing engines against each
 other is ``timing.py``'s.
 """
 
@@ -81,6 +84,29 @@ class Executable(abc.ABC):
         return value, False
 
 
+class SubgraphProgram(abc.ABC):
+    """A whole subgraph as one engine runs it (``Engine.compile_subgraph``) or as the runtime runs a plan in
+    parts: what ``CompiledModel`` calls for a signature."""
+
+    @abc.abstractmethod
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """The subgraph's outputs for its inputs, in the subgraph's order."""
+
+    def output_shapes(self, input_shapes: Sequence[tuple[Sequence[int], Any]]
+                      ) -> list[tuple[tuple[int, ...], Any]] | None:
+        """(shape, dtype) of each output for inputs of these (shape, dtype); None: the declared shapes."""
+        return None
+
+    def reset_variables(self) -> None:
+        """Resource variables back to their initial values."""
+
+    def device_program(self) -> Any:
+        """This program where one device program runs all of the subgraph over weights on one device, with no
+        resource variables: what a generation loop runs step after step on the device
+        (``backends.xla.generate.DecodeLoop``); None elsewhere (another engine, a plan in parts)."""
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineInfo:
     """What an engine says of itself: every table of engines (the planner's names and titles, ``doctor``'s roles and
@@ -97,13 +123,15 @@ class EngineInfo:
     devices: tuple[str, ...] = ("CPU",)  # where its partitions run: "CPU", "GPU"
     # a candidate of the fast CPU path (``CpuOptions.engines``): "ops" takes the ops it converts as partitions
     # (OpenVINO: the planner asks ``unsupported`` and ``compile_error``), "whole" takes whole models where it is
-    # timed faster (the official interpreter: the planner also asks ``model_refusal``, ``settings_refusal``,
-    # ``faster_than`` and keeps its verdicts with ``cached_choice`` / ``remember_choice``, until the timing memo
-    # is the planner's own: issue 36, item 2); None: not one
+    # timed faster (the official interpreter: the planner also asks ``model_refusal``, ``settings_refusal`` and
+    # ``faster_than``, and keeps the verdicts in its own memo, ``compile.timing_memo``); None: not one
     fast_cpu: str | None = None
-    # the runtime runs its partitions over the model's own XLA state or numpy runner rather than through
-    # ``compile`` (XLA and the numpy reference, until they run through the interface too: issue 36)
-    runtime_owned: bool = False
+    # ``Options.devices`` may name several devices: XLA splits the weights over them; the numpy reference runs on
+    # the host whatever they name.  Others run on one device, and a plan of theirs refuses several.
+    many_devices: bool = False
+    # its partitions run litegpu's own op kernels (``ops/``: XLA's traced, the reference's numpy), which a profile
+    # can time op by op; others run a partition as one program of their own
+    own_kernels: bool = False
     # ``doctor``'s "available" column and what to add where the engine is installed but has no device here
     no_device: tuple[str, str] | None = None
     # Model Explorer overlay of its ops, per device: (label, colour)
@@ -120,11 +148,21 @@ class EngineContext:
     cache: Any = None
     cache_key: dict | None = None
     allow_software: bool = False
+    # where the engine keeps the model's weights, for an engine that keeps them on a device (XLA): ``device``, a
+    # function of a JAX platform ("cpu", "gpu") giving its device; ``devices``, platform -> the devices its
+    # weights are split over; ``official_float_order``: float ops in the builtin kernels' order
+    device: Any = None
+    devices: Any = None
+    official_float_order: bool = False
+    # called with (subgraph, tensor, value) for every tensor a run computes, by an engine that can (the numpy
+    # reference: the Interpreter's ``experimental_preserve_all_tensors``)
+    observe: Any = None
 
 
 class Engine(abc.ABC):
     name: str = ""
     target: Target
+    settings: EngineSettings = EngineSettings()  # what it was made with (an engine sets its own)
     info: EngineInfo | None = None  # set by the registry on the engines it makes
     # The kernels that run a partition this engine turns out unable to compile (a graph its shape inference
     # refuses, an op its compiler fails on), on the CPU, with a warning naming its error: XLA with the op rules of
@@ -172,6 +210,46 @@ class Engine(abc.ABC):
                 cache_key: dict | None = None) -> Executable:
         """An executable for ``op_range`` of ``model``."""
 
+    def compile_subgraph(self, model: Model, subgraph: int, settings: EngineSettings, cache: Any = None,
+                         cache_key: dict | None = None) -> "SubgraphProgram | None":
+        """A program for the whole of ``subgraph`` (its variables, control flow and calls included), as a plan that
+        gives this engine the whole model runs it; None: the engine runs plans by partitions (``compile``)."""
+        return None
+
+    def placed(self, platform: str, target: Target) -> "Engine":
+        """This engine compiling for the JAX platform ``platform`` ("cpu", "gpu") with the op rules of ``target``
+        (a GPU partition that falls back to the CPU keeps the GPU's rules), sharing what this one holds; itself
+        where the engine has one device and its own rules."""
+        return self
+
+    def weights(self, model: Model, platform: str) -> Any:
+        """``model``'s weights and variables as this engine holds them for ``platform`` (XLA's device state,
+        ``backends.xla.state.XlaState``), made on first use: what an engine that ``shares_host_state`` reads, and
+        what ``CompiledModel.weight_placement`` reports; None where it keeps none of its own."""
+        return None
+
+    # ---- the planner's questions: every engine is asked them; the defaults have no opinion -----------------
+    def model_refusal(self, model: Model) -> str | None:
+        """Why the engine would not run ``model`` whole (a fast CPU path engine of the "whole" role, asked before
+        the planner times it), or None: no objection."""
+        return None
+
+    def settings_refusal(self, model: Model) -> str | None:
+        """Why the engine may not run ``model`` or a part of it under its settings, known before loading it;
+        None: no objection."""
+        return None
+
+    def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: "Engine", scope: str) -> str | None:
+        """The name of the engine, this one or ``other``, that runs these partitions of ``model`` faster, timed
+        now (``scope`` names them: the whole model, or one partition); None: no opinion (the planner then keeps
+        ``other``).  The planner keeps the verdicts (``compile.timing_memo``)."""
+        return None
+
+    def compile_cache(self) -> tuple[Any, dict]:
+        """The compile cache and the model's key in it that the engine was made with, where the planner keeps its
+        verdicts on the engine; (None, {}) where it holds none."""
+        return None, {}
+
     def compile_error(self, model: Model, op_range: OpRange) -> str | None:
         """Why ``op_range`` would fail to compile, found while planning (the planner then gives it to another
         engine), or None: it compiles, or the engine finds out only at run time."""
@@ -196,8 +274,8 @@ class Engine(abc.ABC):
         """Resource variables of the models it runs back to their initial values (``reset_all_variables``)."""
 
     def placement_report(self) -> Any:
-        """How the weights it keeps on its own device sit there (``backends.sharding.PlacementReport``); None
-        where it keeps none (the runtime then reports XLA's)."""
+        """How the weights it keeps on an accelerator sit there (``backends.sharding.PlacementReport``); None
+        where it keeps none there (the runtime then reports the weights its exact kernels hold, ``weights``)."""
         return None
 
     def file_record(self, executable: Any, file: str) -> dict | None:
@@ -312,6 +390,7 @@ def installed_version(module: str, distribution: str) -> str:
         return "unknown"
 
 
-__all__ = ["HOST", "Engine", "EngineContext", "EngineInfo", "EngineSettings", "Executable", "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name",
+__all__ = ["HOST", "Engine", "EngineContext", "EngineInfo", "EngineSettings", "Executable", "SubgraphProgram",
+           "QUANTIZED_DTYPES", "SUB_BYTE_DTYPES", "cpu_name",
            "installed_version",
            "integer_arithmetic", "is_weight_dequantize", "op_reasons", "physical_cores"]

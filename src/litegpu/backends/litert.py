@@ -5,7 +5,7 @@ comes near XNNPACK on small models: a call costs XNNPACK about 4 us, OpenVINO ab
 XLA program about 70 us, and OpenVINO is slower than XNNPACK on small mobile CNNs; on integer models
 XNNPACK's int8 kernels are 2.4x faster than the exact kernels on XLA and closer to the builtin kernels
 than OpenVINO's.  So the planner may give the official runtime (``ai-edge-litert``) a whole model, or the
-OpenVINO partition of a split model, where timing says it is faster (``faster_than``, the verdict cached):
+OpenVINO partition of a split model, where timing says it is faster (``faster_than``; the planner keeps the verdict):
 
 - **Support** is the official interpreter's own answer: the model is loaded and its tensors allocated
   (which applies the XNNPACK delegate); a model it cannot load (custom ops it lacks) is refused as a whole
@@ -104,7 +104,7 @@ class LiteRtEngine(Engine):
     def __init__(self, settings: EngineSettings | None = None, file: str | None = None, cache: Any = None,
                  cache_key: dict | None = None):
         self.settings = settings or EngineSettings()
-        # where the verdict of ``faster_than`` is kept, so that a warm start does not time the engines again
+        # where the planner keeps the verdict of ``faster_than``, so that a warm start does not time the engines again
         self.cache, self.cache_key = cache, dict(cache_key or {})
         # The model's file, read by the interpreter as it is (no copy); in-memory models are written out.
         self.file = file
@@ -270,9 +270,6 @@ class LiteRtEngine(Engine):
         for shared in self._interpreters.values():
             shared.reset_variables()
 
-    def version(self) -> str:
-        return litert_version()
-
     def file_record(self, executable: Any, file: str) -> dict | None:
         """The thread count of an interpreter over ``file`` as it is (not a sub-model, not a rewritten or converted
         copy), running one of its entry subgraphs whole."""
@@ -293,43 +290,17 @@ class LiteRtEngine(Engine):
         whole = OpRange(subgraph, tuple(range(sg.num_ops)), tuple(sg.inputs), tuple(sg.outputs))
         return LiteRtExecutable(self._interpreters[key], whole, model)
 
-    # ---- choice --------------------------------------------------------------------------------
-    def _choice_key(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
-        if self.cache is None:
-            return None
-        from .cache import make_key
+    # ---- the planner's questions ----------------------------------------------------------------
+    def compile_cache(self) -> tuple[Any, dict]:
+        return self.cache, self.cache_key
 
-        # ``any_model``: a verdict that ``scope`` names without the model (the planner's verdicts by op structure,
-        # ``compile.choices``), found from another model's start
-        base = {k: v for k, v in self.cache_key.items() if k != "model_token"} if any_model else self.cache_key
-        # the other engine's version as its package metadata says: a warm start reads the verdict without
-        # importing it (OpenVINO: ``openvino_package_version``)
-        return make_key({**base, "choice": ["litert", other.name], "scope": scope,
-                         "litert": litert_version(), other.name: other.version(),
-                         "threads": thread_count(self.settings), "cpu": cpu_name()})
-
-    def cached_choice(self, model: Model, scope: str, other: Engine, any_model: bool = False) -> str | None:
-        """The verdict of an earlier ``faster_than`` on the same model, scope, versions and CPU, if cached."""
-        key = self._choice_key(model, scope, other, any_model)
-        stored = self.cache.load(key) if key is not None else None
-        if stored in (b"litert", other.name.encode()):
-            return stored.decode()
-        if stored is not None:
-            self.cache.discard(key, "not an engine name")
-        return None
+    def version(self) -> str:
+        return litert_version()
 
     def faster_than(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
         """"litert" or ``other.name``: which engine runs these partitions (``scope`` names them: the whole
-        model, or one partition) faster, timed alternately on sample inputs; the verdict is kept in the compile
-        cache, keyed by the model, the scope, both engines' versions, the thread count and the CPU."""
-        from .cache import found_or_made
-
-        return found_or_made(self.cache, self._choice_key(model, scope, other),
-                             lambda: self.cached_choice(model, scope, other),
-                             lambda: self._timed_choice(model, op_ranges, other, scope))
-
-    def _timed_choice(self, model: Model, op_ranges: Sequence[OpRange], other: Engine, scope: str) -> str:
-        """``faster_than``'s timing, its verdict remembered."""
+        model, or one partition) faster, timed alternately on sample inputs (the planner keeps the verdict,
+        ``compile.timing_memo``)."""
         from .timing import fastest, sample_inputs
 
         inputs = [sample_inputs(model, r) for r in op_ranges]
@@ -345,16 +316,7 @@ class LiteRtEngine(Engine):
         if winner != "litert":
             for r in op_ranges:
                 self.forget(model, r)  # a sub-model's interpreter (the whole model's goes with the plan)
-        self.remember_choice(model, scope, other, winner)
         return winner
-
-    def remember_choice(self, model: Model, scope: str, other: Engine, winner: str, any_model: bool = False) -> None:
-        """Keep a verdict in the compile cache (when there is one), for ``cached_choice`` to find."""
-        key = self._choice_key(model, scope, other, any_model)
-        if key is not None:
-            what = "engine choice for any model of the same ops" if any_model else "engine choice"
-            self.cache.store(key, winner.encode(), {"engine": "litert", "what": what, "source": model.source,
-                                                    "scope": scope})
 
 
 # One redirection of the process's stderr at a time (it is process-wide).

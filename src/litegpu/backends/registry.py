@@ -47,8 +47,8 @@ register(EngineInfo(
 register(EngineInfo(
     "xla", "XLA", "GPU (CUDA, ROCm) and CPU: every op, exact TFLite integer kernels, state, control flow",
     'pip install jax  (GPU: pip install "litegpu[cuda12]" or "litegpu[cuda13]" for NVIDIA, jax[rocm] for AMD)',
-    ".xla.engine:XlaCpuEngine", (Target.XLA_CPU, Target.XLA_GPU), devices=("CPU", "GPU"), runtime_owned=True,
-    overlay=(("GPU", "XLA GPU", "#76b900"), ("CPU", "XLA CPU", "#8e24aa"))))
+    ".xla.engine:XlaEngine", (Target.XLA_CPU, Target.XLA_GPU), devices=("CPU", "GPU"), many_devices=True,
+    own_kernels=True, overlay=(("GPU", "XLA GPU", "#76b900"), ("CPU", "XLA CPU", "#8e24aa"))))
 register(EngineInfo(
     "iree", "IREE",
     "GPU without CUDA or ROCm: Vulkan (Intel, AMD, NVIDIA, Arm GPUs) and Metal (Apple GPUs), the ops XLA's GPU runs",
@@ -60,8 +60,8 @@ register(EngineInfo(
     overlay=(("GPU", "IREE GPU", "#2e7d32"),)))
 register(EngineInfo(
     "reference", "the numpy reference", "CPU: numpy interpreter, exact and slow; ops no other engine runs",
-    "numpy (always present)", ".reference:ReferenceEngine", (Target.REFERENCE,), runtime_owned=True,
-    overlay=(("CPU", "numpy reference CPU", "#9e9e9e"),)))
+    "numpy (always present)", ".reference:ReferenceEngine", (Target.REFERENCE,), many_devices=True,
+    own_kernels=True, overlay=(("CPU", "numpy reference CPU", "#9e9e9e"),)))
 
 
 def info(name: str) -> EngineInfo:

@@ -245,7 +245,7 @@ def whole_program_engines(plan: Any) -> list[str]:
     kernels, whose ops can be timed one by one)."""
     from ..backends import registry
 
-    return [e for e in plan.ops_per_engine() if not registry.info(e).runtime_owned]
+    return [e for e in plan.ops_per_engine() if not registry.info(e).own_kernels]
 
 
 def delegation(model: Any) -> dict[str, Any]:
@@ -467,8 +467,8 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     model = session.model
     if model.plan.target.value == "reference":
         return _profile_reference(session, repeats, progress)
-    from ..backends.xla.backend import XlaBackend
-    from ..backends.xla.state import XlaState
+    from ..backends import registry
+    from ..backends.engine import EngineSettings
     from ..backends.xla.device import jax_module
     from ..ops import Target
 
@@ -479,9 +479,11 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
     platform_name = model.accelerator.lower()
     device = model.environment.device(platform_name)
     precision = model.options.precision
-    storage = XlaBackend.storage_dtype(precision)
     compute = {"fp32": np.float32, "fp16": np.float16, "fp16_fp32_accum": np.float32}[precision]
-    state = XlaState(ir, device, storage, platform=platform_name)
+    # the model's weights on the device, as the exact kernels' engine holds them (a copy of the profile's own)
+    state = registry.engine(registry.name_of(Target.XLA_CPU), EngineSettings(precision=precision),
+                            device=model.environment.device).weights(ir, platform_name)
+    storage = state.storage
 
     def constant(sg_index: int, t: Any) -> Any:
         value = state.params.get(f"{sg_index}:{t.index}")

@@ -228,7 +228,7 @@ def device_free_plan(model: Model, flags: int, cpu_kernels: str = "fast", gpu_en
     engines = {name: e for name, e in registry.fast_cpu_engines(EngineSettings(), model.tflite_file).items()
                if cpu_engines is None or name in cpu_engines} if cpu_kernels == "fast" else None
     engine, planned_on = None, model
-    if gpu_engine is not None and not registry.info(gpu_engine).runtime_owned and flags & 2:
+    if gpu_engine is not None and gpu_engine != registry.named(device="GPU")[0] and flags & 2:  # not JAX's GPU
         from ..compile.float_view import float_view
         from ..compile.rewrites import rewrite_for_xla
 

@@ -1,7 +1,7 @@
 """When and where the fast CPU path's engine choice is made, and where it is kept.
 
 On the fast CPU path the official interpreter (XNNPACK) and OpenVINO may both run a model whole; which is
-faster depends on the CPU and the model, and finding out (``backends.litert.LiteRtEngine.faster_than``) costs a
+faster depends on the CPU and the model, and finding out (``Engine.faster_than``, kept by ``timing_memo``) costs a
 first start converting and compiling the model for OpenVINO and timing both engines: a second or more, for a
 model that may run in a millisecond.  So before timing, the planner asks what is already known
 (``known_whole_choice``), in this order:
@@ -29,6 +29,7 @@ from typing import Any
 
 from ..ir import Model, entry_subgraphs
 from ..ir.macs import model_macs, ops_macs
+from .timing_memo import TimingMemo
 
 # Models up to this many multiply-accumulates per run go to the official interpreter without timing it against
 # OpenVINO: a call costs XNNPACK about 4 us against OpenVINO's 40, and on every model that small measured
@@ -54,14 +55,14 @@ def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, s
     """("litert" or "openvino", how it is known) where the engine that runs ``model`` whole is known without
     timing (see the module doc), else None.  ``litert`` and ``openvino`` are the planner's engines, which hold
     the model's compile cache."""
-    remembered = litert.cached_choice(model, WHOLE, openvino)
+    remembered = TimingMemo(litert, openvino).cached(model, WHOLE)
     if remembered is not None:
         return remembered, REMEMBERED
     if obvious_by_size(model):
         return "litert", f"a small model (at most {OBVIOUS_MAX_MACS / 1e6:.0f} M multiply-accumulates a run)"
     if openvino_work(model, openvino) == 0:
         return "litert", "the ops OpenVINO may run do no multiply-accumulates (integer arithmetic is kept off it)"
-    by_structure = litert.cached_choice(model, structure_scope(model), openvino, any_model=True)
+    by_structure = TimingMemo(litert, openvino).cached(model, structure_scope(model), any_model=True)
     if by_structure is not None:
         return by_structure, SAME_OPS
     return None
@@ -69,7 +70,7 @@ def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, s
 
 def remember_timed(model: Model, litert: Any, openvino: Any, winner: str) -> None:
     """Keep a timed whole-model verdict for any model of the same ops (the model's own is kept by the timing)."""
-    litert.remember_choice(model, structure_scope(model), openvino, winner, any_model=True)
+    TimingMemo(litert, openvino).remember(model, structure_scope(model), winner, any_model=True)
 
 
 def openvino_work(model: Model, openvino: Any) -> int:

@@ -37,6 +37,7 @@ from ..errors import AcceleratorUnavailableError, InvalidArgumentError, Unsuppor
 from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
 from ..ir.macs import model_macs, ops_macs
 from .choices import SAME_OPS, WHOLE, known_whole_choice, remember_timed
+from .timing_memo import TimingMemo
 from .float_view import DATA_MOVEMENT_OPS
 from ..backends import registry
 from ..ops import Target, lookup
@@ -713,7 +714,7 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
                 whole_engine.forget(model, p.op_range())
             ops_engine.forget(model)
             # a warm start plans it without OpenVINO
-            whole_engine.remember_choice(model, WHOLE, ops_engine, whole_engine.name)
+            TimingMemo(whole_engine, ops_engine).remember(model, WHOLE, whole_engine.name)
             return _litert_plan(model, flags, whole_engine)
         return mixed
     return chosen
@@ -779,7 +780,7 @@ def _litert_whole(model: Model, flags: int, whole_engine: object, ops_engine: ob
     if ops_engine is not None:
         ops_engine.forget(model)  # the partitions compiled to plan and time it
         if remember:
-            whole_engine.remember_choice(model, WHOLE, ops_engine, whole_engine.name)
+            TimingMemo(whole_engine, ops_engine).remember(model, WHOLE, whole_engine.name)
     return _litert_plan(model, flags, whole_engine)
 
 
@@ -811,11 +812,11 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, whole_engine: object
         return False
     if known is not None:
         if known[1] == SAME_OPS:  # this model's own from now on
-            whole_engine.remember_choice(model, WHOLE, ops_engine, known[0])
+            TimingMemo(whole_engine, ops_engine).remember(model, WHOLE, known[0])
         return known[0] == whole_engine.name
     if model_macs(model) > LITERT_MEASURE_MAX_MACS:
         return False
-    winner = whole_engine.faster_than(model, [p.op_range() for p in chosen.partitions], ops_engine, WHOLE)
+    winner = TimingMemo(whole_engine, ops_engine).faster(model, [p.op_range() for p in chosen.partitions], WHOLE)
     remember_timed(model, whole_engine, ops_engine, winner)
     return winner == whole_engine.name
 
@@ -823,11 +824,11 @@ def _litert_is_faster(model: Model, chosen: DelegationPlan, whole_engine: object
 def _litert_partitions(model: Model, chosen: DelegationPlan, whole_engine: object, ops_engine: object) -> DelegationPlan:
     """A model split between OpenVINO and XLA: each OpenVINO partition timed against the official interpreter
     running the same ops as a sub-model, and given to the faster."""
-    partitions = []
+    partitions, memo = [], TimingMemo(whole_engine, ops_engine)
     for p in chosen.partitions:
         if p.engine == ops_engine.name \
                 and ops_macs(model.subgraphs[p.subgraph_index], p.op_indices) <= LITERT_MEASURE_MAX_MACS \
-                and whole_engine.faster_than(model, [p.op_range()], ops_engine, str(p.op_range())) == whole_engine.name:
+                and memo.faster(model, [p.op_range()], str(p.op_range())) == whole_engine.name:
             p = replace(p, target=whole_engine.target, engine=whole_engine.name)
         partitions.append(p)
     used = {p.engine for p in partitions}

@@ -114,6 +114,7 @@ class BatchedModel:
         self._programs: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._backends: dict[int, Any] = {}
+        self._xla: Any = None
         self.devices = resolve_devices(devices, compiled._platform)
         self._replicated: dict[int, Any] = {}
 
@@ -142,16 +143,24 @@ class BatchedModel:
             if refusal is not None:
                 raise BatchingError(f"{self._compiled.model.source}: signature {signature.key!r} cannot be batched: "
                                     f"{refusal}")
-            from ..backends.xla.backend import XlaBackend
-            from ..backends.xla.state import XlaState
+            self._backends[signature.index] = self._engine().compile_subgraph(
+                self._compiled._xla_model, signature.subgraph, self._engine().settings)
+        return self._backends[signature.index]
+
+    def _engine(self) -> Any:
+        """The exact kernels' engine on the model's device, holding the batched programs' own copy of the weights
+        (made once)."""
+        if self._xla is None:
+            from ..backends import registry
+            from ..backends.engine import EngineSettings
 
             compiled = self._compiled
-            state = XlaState(compiled._xla_model, compiled.environment.device(compiled._platform),
-                             XlaBackend.storage_dtype(compiled.options.precision), platform=compiled._platform,
-                             official_float_order=compiled._official_float_order)
-            self._backends[signature.index] = XlaBackend(compiled._xla_model, signature.subgraph, compiled._platform,
-                                                         precision=compiled.options.precision, state=state)
-        return self._backends[signature.index]
+            self._xla = registry.engine(registry.name_of(Target.XLA_CPU),
+                                        EngineSettings(precision=compiled.options.precision or "fp32"),
+                                        device=compiled.environment.device,
+                                        official_float_order=compiled._official_float_order).placed(
+                compiled._platform, Target.XLA_GPU if compiled._platform == "gpu" else Target.XLA_CPU)
+        return self._xla
 
     def _program(self, backend: Any, key: tuple) -> Any:
         if key not in self._programs:

@@ -58,22 +58,6 @@ def _numpy_name(dtype: str) -> str:
         return dtype
 
 
-class _ReferenceSignature:
-    """The numpy reference backend behind the XLA backend's interface (models XLA cannot trace)."""
-
-    def __init__(self, backend: Any, subgraph: int):
-        self.backend, self.subgraph_index = backend, subgraph
-
-    def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        return self.backend.run([np.asarray(x) for x in inputs], self.subgraph_index)
-
-    def output_shapes(self, input_shapes: Any) -> None:
-        return None
-
-    def reset_variables(self) -> None:
-        self.backend.reset_variables()
-
-
 class _StraightPath:
     """A signature that one host engine runs whole, taking numpy arrays as they are (the official interpreter,
     on the models that run in microseconds): the call checks each input's type, dtype and shape and hands the
@@ -245,8 +229,10 @@ class CompiledModel:
             # the float view and the integer kernels are different programs
             self._cache_key["quantized_execution"] = self._options.gpu_options.quantized_execution
         self._backends: dict[int, Any] = {}
+        # a whole-model plan: the engine that runs each subgraph as one program, and the weights it holds on the
+        # device; a plan in parts: the partitions' engines (``partitioned.PartitionedModel``)
+        self._whole_engine: Any = None
         self._state: Any = None
-        self._reference: Any = None
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions: dict[int, tuple[list[int], list[int]]] = {}
         # signature index and key -> its straight path, once its first run made the backend (``_StraightPath``)
@@ -288,7 +274,7 @@ class CompiledModel:
         self._closed = self._fell_back = False
         self._cache, self._cache_key = record.cache, record.model_key
         self._platform, self._devices, self._gpu_engine = "cpu", None, None
-        self._backends, self._reference = {}, None
+        self._backends, self._whole_engine = {}, None
         self._state = warm_start.WarmState(record, self)
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions, self._straight = {}, {}
@@ -388,9 +374,7 @@ class CompiledModel:
         made and run on ``_xla_ir``.)"""
         if self._gpu_engine is None:
             return self._xla_ir
-        from ..compile.float_view import model_for_platform
-
-        return model_for_platform(self._xla_ir, "gpu", self._options.gpu_options.quantized_execution)
+        return self._as_run_on("gpu")
 
     def _cpu_kernels(self, wanted: int) -> str:
         """The CPU kernel mode; weights split over several CPU devices take XLA's kernels (OpenVINO runs
@@ -407,7 +391,7 @@ class CompiledModel:
         from .batched import resolve_devices
 
         devices = resolve_devices(self._options.devices, self._platform)
-        if devices is not None and len(devices) > 1 and not registry.info(self._plan.engine).runtime_owned:
+        if devices is not None and len(devices) > 1 and not registry.info(self._plan.engine).many_devices:
             raise InvalidArgumentError(f"{self._ir.source}: devices={self._options.devices!r}: "
                                        f"{registry.title(self._plan.engine)} runs on one CPU; use "
                                        "CpuOptions(kernel_mode=CpuKernelMode.BUILTIN) to split the weights "
@@ -440,10 +424,9 @@ class CompiledModel:
         with self._lock:
             self._check_open()
             self._backend(self._signatures[0])  # creates the weights on the devices
-            state = self._state
-            if hasattr(state, "state"):  # a split plan, or IREE's GPU: the accelerator's weights
-                return state.placement_report(self._platform)
-            return state.placement_report()
+            if self._whole_engine is None:  # a split plan, or IREE's GPU: the accelerator's weights
+                return self._state.placement_report(self._platform)
+            return self._state.placement_report() if self._state is not None else None  # the engine's weights
 
     # ---- properties -------------------------------------------------------------------------
     @property
@@ -480,7 +463,7 @@ class CompiledModel:
             self._closed = True
             self._straight.clear()
             self._backends.clear()
-            self._state = self._reference = None
+            self._state = self._whole_engine = None
 
     def __enter__(self) -> "CompiledModel":
         return self
@@ -736,29 +719,37 @@ class CompiledModel:
             warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend)
 
     def _make_backend(self, subgraph: int) -> Any:
+        """The program of one subgraph: the whole-model engine's own where it runs whole subgraphs (XLA, the
+        numpy reference: ``Engine.compile_subgraph``), else the plan's partitions, each compiled by its engine."""
         if self._warm is not None:
             return warm_start.WarmSignature(self._warm.executable(subgraph), self._warm.engine, subgraph)
-        if self._plan.is_split or not registry.info(self._plan.engine).runtime_owned:
-            return self._partitioned().signature(subgraph)
-        if self._plan.target is Target.REFERENCE:
-            if self._reference is None:
-                from ..backends.reference import ReferenceBackend
+        if not self._plan.is_split:
+            engine = self._whole_model_engine()
+            # the numpy kernels run the file's model as it is; XLA what it traces (rewritten, a GPU's float view)
+            model = self._ir if self._plan.target is Target.REFERENCE else self._xla_model
+            program = engine.compile_subgraph(model, subgraph, self._engine_settings(), self._cache, self._cache_key)
+            if program is not None:
+                self._whole_engine = engine
+                self._state = engine.weights(model, self._platform)
+                return program
+        return self._partitioned().signature(subgraph)
 
-                self._reference = ReferenceBackend(self._ir)
-            return _ReferenceSignature(self._reference, subgraph)
-        from ..backends.xla.backend import XlaBackend
-        from ..backends.xla.state import XlaState
+    def _whole_model_engine(self) -> Any:
+        """The engine of a whole-model plan, placed on the model's device with the plan's op rules: the one the plan
+        asked where it did, else a new one holding the model's weights on the devices chosen for them."""
+        if self._whole_engine is not None:
+            return self._whole_engine
+        name = self._plan.engine
+        asked = {**self._cpu_engines, **({self._gpu_engine.name: self._gpu_engine} if self._gpu_engine else {})}
+        if name in asked:
+            return asked[name]
+        from ..backends.engine import EngineSettings
 
-        precision = self._options.precision
-        model = self._xla_model
-        if self._state is None:
-            self._state = XlaState(model, self._environment.device(self._platform),
-                                   XlaBackend.storage_dtype(precision), devices=self._devices,
-                                   platform=self._platform, official_float_order=self._official_float_order)
-        # programs in the builtin kernels' float order are other programs: cached apart
-        key = {**self._cache_key, "float_order": "builtin kernels"} if self._official_float_order else self._cache_key
-        return XlaBackend(model, subgraph, self._platform, precision=precision, state=self._state,
-                          cache=self._cache, cache_key=key)
+        engine = registry.engine(name, EngineSettings(precision=self._options.precision or "fp32"),
+                                 device=self._environment.device,
+                                 devices={self._platform: self._devices} if self._devices else None,
+                                 official_float_order=self._official_float_order)
+        return engine.placed(self._platform, self._plan.target)
 
     @property
     def _official_float_order(self) -> bool:
@@ -769,9 +760,17 @@ class CompiledModel:
     @functools.cached_property
     def _xla_model(self) -> ir.Model:
         """What XLA compiles: on the GPU a quantized model runs as its float view (GpuOptions.quantized_execution)."""
-        from ..compile.float_view import model_for_platform
+        return self._as_run_on(self._platform)
 
-        return model_for_platform(self._xla_ir, self._platform, self._options.gpu_options.quantized_execution)
+    def _as_run_on(self, platform: str) -> ir.Model:
+        """The model as XLA or IREE run it on ``platform``: on the GPU a quantized model's float view, unless its
+        exact integer kernels were asked for (``GpuOptions.quantized_execution``, checked where it was given).
+        Decided here, so that the options stay in the runtime: the compile layer gets a model to view."""
+        if platform == "gpu" and self._options.gpu_options.quantized_execution == "float":
+            from ..compile.float_view import float_view
+
+            return float_view(self._xla_ir)
+        return self._xla_ir
 
     @functools.cached_property
     def _xla_ir(self) -> ir.Model:
@@ -799,10 +798,10 @@ class CompiledModel:
         """Resource variables (and variable tensors) go back to their initial values; CALL_ONCE runs again."""
         with self._lock:
             self._check_open()
-            if self._state is not None:
+            if self._whole_engine is not None:
+                self._whole_engine.reset_variables()
+            elif self._state is not None:
                 self._state.variables = {}
-            if self._reference is not None:
-                self._reference.reset_variables()
 
     # ---- running ----------------------------------------------------------------------------
     def _input_value(self, s: SignatureInfo, i: int, value: Any) -> tuple[Any, Any]:

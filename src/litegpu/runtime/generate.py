@@ -129,16 +129,10 @@ class _Loop:
         return DecodeLoop(backend, self.step_layout(backend), chunk, sampling, tuple(stops), seed)
 
     def decode_backend(self) -> Any:
-        """The ``XlaBackend`` running the whole decode signature as one program, or None (another engine, a plan
-        in parts, resource variables, weights over several devices)."""
-        from ..backends.xla.backend import XlaBackend
-
+        """The device program running the whole decode signature (``SubgraphProgram.device_program``), or None
+        (another engine, a plan in parts, resource variables, weights over several devices)."""
         signature = self.model._signature(self.decode)
-        backend = self.model._backend(signature)
-        if (not isinstance(backend, XlaBackend) or backend.op_range is not None or backend.variables
-                or backend.state.mesh is not None):
-            return None
-        return backend
+        return self.model._backend(signature).device_program()
 
     def step_layout(self, backend: Any) -> Any:
         """Where the decode subgraph of ``backend`` takes the token, position, mask and caches

@@ -95,9 +95,11 @@ class Interpreter:
                                             cpu_kernels="builtin").target is Target.REFERENCE:
             self._use_reference = True
         self._lock = threading.RLock()
-        self._reference: Any = None
-        self._state: Any = None
-        self._xla: dict[int, Any] = {}
+        # the engines that run it, by the rules of their kernels (the exact XLA kernels, or numpy), each holding
+        # the model's weights and variables, and their programs by subgraph
+        self._engines: dict[Target, Any] = {}
+        self._programs: dict[tuple[Target, int], Any] = {}
+        self._observed: dict[tuple[int, int], Any] = {}  # the tensors a numpy run computed (preserve_all_tensors)
         main = self._model.subgraphs[0]
         self._input_shapes: dict[int, tuple[int, ...]] = {t: main.tensors[t].shape for t in main.inputs}
         self._values: dict[tuple[int, int], np.ndarray] = {}
@@ -105,26 +107,27 @@ class Interpreter:
         self._signature_defs = self.get_signature_list()
 
     # ---- backends ---------------------------------------------------------------------------
-    def _reference_backend(self) -> Any:
-        if self._reference is None:
-            from ..backends.reference import ReferenceBackend
+    def _program(self, subgraph: int, rules: Target) -> Any:
+        """The program of ``subgraph`` on the engine of ``rules`` (XLA's exact kernels, or numpy), made once."""
+        key = (rules, subgraph)
+        if key not in self._programs:
+            from ..backends import registry
+            from ..backends.engine import EngineSettings
 
-            self._reference = ReferenceBackend(self._model, preserve_all_tensors=self._preserve)
-        return self._reference
+            if rules not in self._engines:
 
-    def _xla_backend(self, subgraph: int) -> Any:
-        if subgraph not in self._xla:
-            from ..backends.xla.backend import XlaBackend
-            from ..backends.xla.state import XlaState
-            from ..backends.xla.device import device_for
-
-            if self._state is None:
                 # the builtin kernels, as the official Interpreter's default: their float order too
-                self._state = XlaState(self._xla_model, device_for("cpu"), official_float_order=True)
-            cache, key = self._compile_cache()
-            self._xla[subgraph] = XlaBackend(self._xla_model, subgraph, "cpu", state=self._state, cache=cache,
-                                             cache_key=key)
-        return self._xla[subgraph]
+                self._engines[rules] = registry.engine(
+                    registry.name_of(rules), official_float_order=True,
+                    observe=self._observe if rules is Target.REFERENCE and self._preserve else None)
+            numpy = rules is Target.REFERENCE
+            cache, cache_key = (None, {}) if numpy else self._compile_cache()
+            self._programs[key] = self._engines[rules].compile_subgraph(
+                self._model if numpy else self._xla_model, subgraph, EngineSettings(), cache, cache_key)
+        return self._programs[key]
+
+    def _observe(self, subgraph: int, tensor: int, value: Any) -> None:
+        self._observed[(subgraph, tensor)] = value
 
     def _compile_cache(self) -> tuple[Any, dict]:
         """The default compile cache and this model's key in it (the Interpreter's programs kept apart from
@@ -141,13 +144,12 @@ class Interpreter:
     def _execute(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         with self._lock:
             if self._use_reference:
-                backend = self._reference_backend()
-                backend.tensors.clear()
-                outputs = backend.run(inputs, subgraph)
-                for (sg, t), value in backend.tensors.items():
+                self._observed.clear()
+                outputs = self._program(subgraph, Target.REFERENCE).run(inputs)
+                for (sg, t), value in self._observed.items():
                     self._values[(sg, t)] = np.asarray(value)
                 return [np.asarray(y) for y in outputs]
-            return [np.asarray(y) for y in self._xla_backend(subgraph).run(inputs)]
+            return [np.asarray(y) for y in self._program(subgraph, Target.XLA_CPU).run(inputs)]
 
     def _output_shapes(self) -> list[tuple[int, ...]]:
         main = self._model.subgraphs[0]
@@ -155,9 +157,8 @@ class Interpreter:
         current = [self._input_shapes[t] for t in main.inputs]
         if current != declared:
             try:
-                from ..backends.xla.backend import XlaBackend  # noqa: F401  (shape inference traces, it never runs)
-
-                shapes = self._xla_backend(0).output_shapes(
+                # shape inference traces the exact kernels' program, it never runs it
+                shapes = self._program(0, Target.XLA_CPU).output_shapes(
                     [(s, numpy_dtype(main.tensors[t].dtype)) for s, t in zip(current, main.inputs)])
                 return [s for s, _ in shapes]
             except Exception:
@@ -348,10 +349,8 @@ class Interpreter:
 
     def reset_all_variables(self) -> None:
         with self._lock:
-            if self._state is not None:
-                self._state.variables = {}
-            if self._reference is not None:
-                self._reference.reset_variables()
+            for engine in self._engines.values():
+                engine.reset_variables()
 
 
 class SignatureRunner:

@@ -1,14 +1,14 @@
-"""Running a split delegation plan: each partition on its own backend, boundary tensors moved once.
+"""Running a split delegation plan: each partition on its own engine, boundary tensors moved once.
 
-The runtime keeps the model's own kernels: a partition on an XLA target is one ``jax.jit`` program over its op
-range (``XlaBackend`` with ``op_range``) over the model's device weights (one ``XlaState`` per platform), compiled
-per input shape like a whole model; a REFERENCE partition runs its ops with the numpy kernels.  Any other partition
-is compiled by the engine the plan names (the official interpreter, OpenVINO, IREE...: ``backends.registry``)
-through the engine interface (``backends.engine``): its executable runs, says where its outputs live (``where``),
-places inputs on its own device, and the engine names the kernels that take over a partition it turns out unable
-to compile (``Engine.fallback``); the runtime names no engine.  Between partitions, a tensor is placed on the next
-partition's device (``device_put``, a host copy for numpy, an engine's own upload) the first time a partition
-there needs it, and that placed copy is reused by every later partition on the same device in the run.
+Every partition is compiled by the engine the plan names (XLA, the numpy reference, the official interpreter,
+OpenVINO, IREE...: ``backends.registry``) through the engine interface (``backends.engine``): its executable runs,
+says where its outputs live (``where``), places inputs on its own device, and the engine names the kernels that
+take over a partition it turns out unable to compile (``Engine.fallback``); the runtime names no engine.  The
+engines hold what the partitions of the model share: XLA the model's weights on each device (one state per
+platform, ``Engine.weights``), which IREE reads its GPU's weights from; the reference the model's numpy runner.
+Between partitions, a tensor is placed on the next partition's device (``device_put``, a host copy for numpy, an
+engine's own upload) the first time a partition there needs it, and that placed copy is reused by every later
+partition on the same device in the run.
 
 XLA dispatch is asynchronous, so GPU partitions queue up without waiting; a
 CPU partition that needs a GPU tensor waits for it there (the host copy is a
@@ -31,7 +31,7 @@ import numpy as np
 from .. import ir
 from ..backends import registry
 from ..compile import CPU, GPU, DelegationPlan, Partition
-from ..backends.engine import HOST
+from ..backends.engine import HOST, SubgraphProgram
 from ..errors import EngineCompileError, ModelExecutionError
 from ..ops import Target
 from .tensor_buffer import _is_device_array, _is_engine_device_array
@@ -39,55 +39,19 @@ from .tensor_buffer import _is_device_array, _is_engine_device_array
 DEFAULT_PLATFORMS = {GPU: "gpu", CPU: "cpu"}
 
 
-class _ReferenceUnit:
-    where = HOST
-
-    def __init__(self, runner: Any, partition: Partition):
-        self.runner, self.op_range = runner, partition.op_range()
-
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        return self.runner.run_ops(self.op_range, [np.asarray(x) for x in inputs])
-
-
-class _XlaUnit:
-    def __init__(self, backend: Any):
-        self.backend = backend
-        self.where = backend.platform
-        self.op_range = backend.op_range
-
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        return self.backend.run(inputs)
-
-    def place(self, value: Any) -> tuple[Any, bool]:
-        """``value`` as this partition's program takes it, and whether it crosses to its device.  Host values
-        (and arrays on a CPU device, read in place) go to the program as numpy: the call copies all of them to
-        the device in one batched transfer (``XlaBackend._place``) where a ``device_put`` each cost a crossing
-        each (150-250 us on an H200, BENCHMARKS.md).  Arrays on another accelerator are moved here."""
-        device = self.backend.state.device
-        if not _is_device_array(value):
-            return np.asarray(value), True
-        if device in value.devices():
-            return value, False
-        if all(d.platform == "cpu" for d in value.devices()):
-            return np.asarray(value), True
-        from ..backends.xla.device import jax_module
-
-        return jax_module().device_put(value, device), True
-
-
 class _EngineUnit:
-    """A partition compiled by an engine through the engine interface (``backends.engine``): the official
-    interpreter, OpenVINO, IREE, or whichever engine the registry names.  An engine with a ``fallback`` hands
-    the partition to those kernels, with a warning, the first time it cannot compile it (``prepare``, a run, or
-    a new input shape); one without runs as its executable does, with no layer of our own (a call of a model
-    that runs in microseconds).  Output shapes the executable cannot tell come from tracing the ops under XLA
-    (no compile, no run)."""
+    """A partition compiled by an engine through the engine interface (``backends.engine``): XLA, the numpy
+    reference, the official interpreter, OpenVINO, IREE, or whichever engine the registry names.  An engine with a
+    ``fallback`` hands the partition to those kernels, with a warning, the first time it cannot compile it
+    (``prepare``, a run, or a new input shape); one without runs as its executable does, with no layer of our own
+    (a call of a model that runs in microseconds).  Output shapes the executable cannot tell come from tracing the
+    ops under XLA (no compile, no run)."""
 
     def __init__(self, executable: Any, engine: Any, fallback: Callable[[], Any] | None,
-                 traced: Callable[[], Any], model: ir.Model):
+                 traced: Callable[[], Any]):
         self.executable, self.op_range, self.where = executable, executable.op_range, executable.where
         self.name, self.instead = engine.name, engine.fallback_words
-        self._fallback_unit, self._traced, self.model = fallback, traced, model
+        self._fallback_unit, self._traced = fallback, traced
         self.fallback: Any = None
         if fallback is None:
             self.run = executable.run
@@ -95,7 +59,7 @@ class _EngineUnit:
 
     @property
     def engine(self) -> str:
-        return self.name if self.fallback is None else getattr(self.fallback, "engine", "xla")
+        return self.name if self.fallback is None else self.fallback.engine
 
     def fall_back(self, error: Exception) -> None:
         warnings.warn(f"{error}; this partition runs on {self.instead} instead", RuntimeWarning, stacklevel=3)
@@ -124,14 +88,13 @@ class _EngineUnit:
             return None
         if found is not None:
             return found
-        sg = self.model.subgraphs[self.op_range.subgraph]
-        return self._traced().output_shapes([(tuple(shape), ir.numpy_dtype(sg.tensors[t].dtype))
-                                             for shape, t in zip(input_shapes, self.op_range.inputs)])
+        traced = self._traced()
+        return None if traced is None else traced.output_shapes(input_shapes)
 
 
 class PartitionedModel:
-    """The backends of one model under a split plan: weights per device and the compiled partitions,
-    shared by all signatures (as ``XlaState`` is for a whole model)."""
+    """The engines of one model under a split plan and its compiled partitions, shared by all signatures (the
+    engines hold the weights per device)."""
 
     def __init__(self, model: ir.Model, plan: DelegationPlan, *, platforms: Mapping[int, str] | None = None,
                  precision: Any = None, device: Callable[[str], Any] | None = None, cache: Any = None,
@@ -145,88 +108,38 @@ class PartitionedModel:
         self.engines = dict(engines or {})
         self.platforms = {int(k): v for k, v in {**DEFAULT_PLATFORMS, **(platforms or {})}.items()}
         self.precision = precision
-        self._device = device
         self.cache, self.cache_key = cache, dict(cache_key or {})
-        self._states: dict[str, Any] = {}
-        # platform -> the devices its weights are split over (the accelerator's; CPU partitions stay on the host)
-        self._devices = dict(devices or {})
-        self.official_float_order = official_float_order  # XLA's float ops in the builtin kernels' order
-        self._reference: Any = None
+        # what the engines that keep the weights on a device are made with: the device of a platform, the devices
+        # its weights are split over (the accelerator's; CPU partitions stay on the host), the float order
+        self._context = {"device": device, "devices": dict(devices or {}),
+                         "official_float_order": official_float_order}
         self._signatures: dict[int, PartitionedSignature] = {}
 
     def placement_report(self, platform: str) -> Any:
         """How the accelerator's weights sit on its device: the uploads of an engine of the plan that keeps
-        weights on a device of its own (IREE's GPU partitions), else the XLA state's of ``platform``."""
+        weights on a device of its own (IREE's GPU partitions), else the exact kernels' weights on ``platform``."""
         for name in dict.fromkeys(p.engine for p in self.plan.partitions):
             report = self.engines[name].placement_report() if name in self.engines else None
             if report is not None:
                 return report
-        return self.state(platform).placement_report()
+        return self.weights(platform).placement_report()
 
-    def state(self, platform: str) -> Any:
-        """Device weights and variables for one JAX platform (created on first use)."""
-        if platform not in self._states:
-            from ..backends.xla.backend import XlaBackend
-            from ..backends.xla.state import XlaState
-            from ..backends.xla.device import device_for
-
-            device = (self._device or device_for)(platform)
-            self._states[platform] = XlaState(self.model, device, XlaBackend.storage_dtype(self.precision),
-                                              devices=self._devices.get(platform), platform=platform,
-                                              official_float_order=self.official_float_order)
-        return self._states[platform]
-
-    @property
-    def reference(self) -> Any:
-        if self._reference is None:
-            from ..backends.graph import GraphRunner
-
-            self._reference = GraphRunner(self.model, Target.REFERENCE)
-        return self._reference
+    def weights(self, platform: str) -> Any:
+        """The model's weights and variables on ``platform`` as the exact kernels' engine holds them (made on first
+        use): the CPU's XLA partitions run over them, and IREE uploads its GPU's from the host's."""
+        return self._engine_named(registry.name_of(Target.XLA_CPU)).weights(self.model, platform)
 
     def unit(self, partition: Partition) -> Any:
-        """What runs ``partition``: the runtime's own numpy runner or XLA program over the model's device weights,
-        or the executable of the engine that the plan names."""
-        if not registry.info(partition.engine).runtime_owned:
-            return self._engine_unit(partition)
-        if partition.target is Target.REFERENCE:
-            return _ReferenceUnit(self.reference, partition)
-        return _XlaUnit(self._xla_backend(partition))
-
-    def _xla_backend(self, partition: Partition) -> Any:
-        from ..backends.xla.backend import XlaBackend
-
-        platform = self.platforms[int(partition.accelerator)]
-        backend = XlaBackend(self.model, partition.subgraph_index, platform, precision=self.precision,
-                             state=self.state(platform), cache=self.cache, cache_key=self.cache_key,
-                             op_range=partition.op_range())
-        # The partition's target picks the kernels' rules (GPU), the platform only where they execute.
-        backend.target = partition.target
-        return backend
-
-    def engine(self, partition: Partition) -> Any:
-        """The engine of ``partition``: the one the plan asked (it holds what it compiled while planning), else
-        a new one from the registry, made with the settings of the partition's device."""
-        name = partition.engine
-        if name not in self.engines:
-            self.engines[name] = registry.engine(name, self._gpu_settings() if partition.accelerator == GPU
-                                                 else self.engine_settings)
-        return self.engines[name]
-
-    def _gpu_settings(self) -> Any:
-        return dataclasses.replace(self.engine_settings, precision=self.precision or "fp32")
-
-    def _engine_unit(self, partition: Partition) -> Any:
-        """The partition compiled by its engine: a GPU engine with its own settings, a CPU one with the model's
-        CPU settings; an engine that uploads the host weights itself (IREE) reads them from the model's CPU state,
-        shared with the CPU's XLA partitions."""
+        """What runs ``partition``: the executable of the engine that the plan names, placed on the partition's
+        device with its op rules."""
         engine = self.engine(partition)
+        platform = self.platforms[int(partition.accelerator)]
         settings = engine.settings if partition.accelerator == GPU else self.engine_settings
-        extra = {"host_state": self.state("cpu")} if engine.shares_host_state else {}
-        executable = engine.compile(self.model, partition.op_range(), settings, self.cache, self.cache_key, **extra)
+        extra = {"host_state": self.weights("cpu")} if engine.shares_host_state else {}
+        executable = engine.placed(platform, partition.target).compile(
+            self.model, partition.op_range(), settings, self.cache, self.cache_key, **extra)
         fallback = None if engine.fallback is None else (lambda: self._fallback_unit(partition, engine.fallback))
-        unit = _EngineUnit(executable, engine, fallback, lambda: self._xla_backend(dataclasses.replace(
-            partition, accelerator=CPU, target=Target.XLA_CPU, engine="")), self.model)
+        unit = _EngineUnit(executable, engine, fallback, lambda: self._traced(partition))
         if fallback is not None:
             try:
                 executable.prepare()
@@ -234,15 +147,44 @@ class PartitionedModel:
                 unit.fall_back(e)
         return unit
 
+    def _traced(self, partition: Partition) -> Any:
+        """The partition's ops traced by the exact kernels on the CPU: the output shapes an engine cannot tell;
+        None where those kernels refuse one of its ops (the declared shapes then)."""
+        from ..backends.engine import op_reasons
+
+        if op_reasons(self.model, partition.subgraph_index, partition.op_indices, Target.XLA_CPU):
+            return None
+        moved = dataclasses.replace(partition, accelerator=CPU, target=Target.XLA_CPU, engine="")
+        return self.engine(moved).placed("cpu", Target.XLA_CPU).compile(
+            self.model, moved.op_range(), self.engine_settings, self.cache, self.cache_key)
+
+    def engine(self, partition: Partition) -> Any:
+        """The engine of ``partition``: the one the plan asked (it holds what it compiled while planning), else
+        a new one from the registry, made with the settings of the partition's device."""
+        return self._engine_named(partition.engine, partition.accelerator == GPU)
+
+    def _engine_named(self, name: str, gpu: bool = False) -> Any:
+        if name not in self.engines:
+            self.engines[name] = registry.engine(name, self._gpu_settings() if gpu else self._cpu_settings(name),
+                                                 **self._context)
+        return self.engines[name]
+
+    def _gpu_settings(self) -> Any:
+        return dataclasses.replace(self.engine_settings, precision=self.precision or "fp32")
+
+    def _cpu_settings(self, name: str) -> Any:
+        """A CPU engine's settings: the model's CPU settings, with the model's precision for an engine that holds
+        the weights of every device in one state (XLA's weights are stored once, in the model's precision)."""
+        return self._gpu_settings() if name == registry.name_of(Target.XLA_CPU) else self.engine_settings
+
     def _fallback_unit(self, partition: Partition, target: Target) -> Any:
         """What runs a partition that its engine cannot compile: the same ops on the CPU, by XLA with the op
         rules of ``target`` (the exact kernels; a GPU partition keeps the GPU's), or numpy where XLA refuses one."""
         from ..backends.engine import op_reasons
 
-        moved = dataclasses.replace(partition, accelerator=CPU, target=target, engine="")
         if op_reasons(self.model, partition.subgraph_index, partition.op_indices, target):
-            return _ReferenceUnit(self.reference, moved)
-        return self.unit(moved)
+            target = Target.REFERENCE
+        return self.unit(dataclasses.replace(partition, accelerator=CPU, target=target, engine=""))
 
     def signature(self, subgraph: int) -> "PartitionedSignature":
         if subgraph not in self._signatures:
@@ -258,17 +200,13 @@ class PartitionedModel:
 
     @variables.setter
     def variables(self, value: dict) -> None:
-        """Assigning resets every backend's variables (``CompiledModel.reset_all_variables``)."""
-        for state in self._states.values():
-            state.variables = dict(value)
+        """Assigning resets every engine's variables (``CompiledModel.reset_all_variables``)."""
         for engine in self.engines.values():
             engine.reset_variables()
-        if self._reference is not None:
-            self._reference.variables.clear()
 
 
-class PartitionedSignature:
-    """One subgraph under a split plan, with the interface of ``XlaBackend`` (run, output_shapes)."""
+class PartitionedSignature(SubgraphProgram):
+    """One subgraph under a split plan, as a program of the whole subgraph (``SubgraphProgram``)."""
 
     def __init__(self, owner: PartitionedModel, subgraph: int):
         self.owner = owner

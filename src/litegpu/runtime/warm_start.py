@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..backends.engine import SubgraphProgram
 from ..errors import LiteGpuError, ModelFormatError
 
 logger = logging.getLogger(__name__)
@@ -157,13 +158,15 @@ class WarmRecord:
         return self.engine.from_file_record(self.path, self.spec, self.engine_record, subgraph)
 
 
-class WarmSignature:
-    """A signature's backend on a warm start: the interface ``CompiledModel`` calls (``PartitionedSignature``'s for
-    one host unit running the whole subgraph)."""
+class WarmSignature(SubgraphProgram):
+    """A signature's program on a warm start: the engine's executable of the whole subgraph (as a first start's
+    ``PartitionedSignature`` of one host unit running it whole)."""
 
     def __init__(self, executable: Any, engine: Any, subgraph: int):
         self.executable, self.engine, self.subgraph_index = executable, engine, subgraph
-        self.run = executable.run
+
+    def run(self, inputs: Any) -> list[Any]:
+        return self.executable.run(inputs)
 
     def straight_run(self) -> Any:
         return self.executable.run_arrays
@@ -198,9 +201,6 @@ class WarmState:
         owner = self.owner
         return PartitionedModel(owner._xla_ir, owner._plan, precision=owner._options.precision,
                                 device=owner._environment.device, cache=owner._cache, cache_key=owner._cache_key)
-
-    def state(self, platform: str) -> Any:
-        return self._partitioned.state(platform)
 
     def placement_report(self, platform: str) -> Any:
         return self._partitioned.placement_report(platform)
@@ -239,8 +239,7 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
     start is not of that kind."""
     from ..backends import registry
 
-    if plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes or not model.source \
-            or registry.info(plan.engine).runtime_owned:
+    if plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes or not model.source:
         return False
     whole = getattr(backend, "whole_executable", None)
     executable = whole() if whole is not None else None

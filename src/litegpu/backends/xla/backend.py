@@ -23,6 +23,7 @@ from ...ir import Model, Subgraph, Tensor, called_subgraphs, numpy_dtype
 from ...ops import Target
 from ...ops._fixedpoint import exact_divisions
 from ..graph import STATEFUL_OPS, OpRange, split_ops
+from ..engine import SubgraphProgram
 from ..memory import check_fits, is_out_of_memory, needed_bytes, out_of_memory
 from .device import _jaxlib_version, device_for, is_device_array, jax_module
 from .state import XlaState, _in_place_sources, _tensor_bytes
@@ -80,7 +81,7 @@ def _shape_key(arrays: Sequence[Any]) -> tuple:
     return tuple((tuple(np.shape(a)), a.dtype) for a in arrays)
 
 
-class XlaBackend:
+class XlaBackend(SubgraphProgram):
     """One subgraph of a model compiled by XLA for one device; compiled once per input shape.
 
     ``precision`` is "fp32" (default), "fp16" or "fp16_fp32_accum" (see
@@ -549,6 +550,14 @@ class XlaBackend:
 
     def reset_variables(self) -> None:
         self.variables = {}
+
+    def device_program(self) -> "XlaBackend | None":
+        """Itself where it runs the whole subgraph over weights on one device and the model has no resource
+        variables (what the generation loop runs on the device); None for a partition, variables, or weights split
+        over several devices."""
+        if self.op_range is not None or self.variables or self.state.mesh is not None:
+            return None
+        return self
 
 
 def export_program(backend: XlaBackend, params: dict, variables: dict, inputs: Sequence[Any]) -> Any:
