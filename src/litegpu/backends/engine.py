@@ -278,6 +278,17 @@ class Engine(abc.ABC):
         where it keeps none there (the runtime then reports the weights its exact kernels hold, ``weights``)."""
         return None
 
+    def file_record(self, executable: Any, file: str) -> dict | None:
+        """What a later start needs, beside the model's ``file``, to make ``executable`` (one of this engine's,
+        running a whole entry subgraph of that file as it is) again without reading the model into the IR
+        (``runtime.warm_start``): JSON data, or None where the engine cannot."""
+        return None
+
+    def from_file_record(self, file: str, model: Any, record: dict, subgraph: int) -> "Executable":
+        """The executable ``file_record`` described, from the file alone; ``model`` describes the subgraphs'
+        inputs and outputs only (``runtime.warm_start.ModelSpec``)."""
+        raise NotImplementedError(f"{self.name} keeps no file record")
+
 
 def op_reasons(model: Model, subgraph: int, op_indices: Sequence[int], target: Target) -> dict[int, str]:
     from ..errors import UnsupportedOpError

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import LiteGpuError, ModelExecutionError, UnsupportedOpError
-from ..ir import Model, Subgraph, Tensor, execution_order, numpy_dtype
+from .. import ir
+from ..ir import Model, Subgraph, Tensor, numpy_dtype
 from ..ops import OpContext, Target, lookup
 
 # Ops that must never be evaluated ahead of time: they read or write state.
@@ -136,7 +137,8 @@ class GraphRunner:
 
     def order(self, sg: Subgraph) -> tuple[int, ...]:
         if sg.index not in self._orders:
-            self._orders[sg.index] = execution_order(sg, self.model.source)
+            # ir.execution_order, looked up here: its module brings the file decoder, which a warm start skips
+            self._orders[sg.index] = ir.execution_order(sg, self.model.source)
         return self._orders[sg.index]
 
     def run_subgraph(self, index: int, inputs: Sequence[Any]) -> list[Any]:

@@ -43,7 +43,6 @@ import numpy as np
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir import Model, numpy_dtype
 from ..ir.extract import port_tensor_index
-from ..ir.save import constant_bytes
 from ..ops import Target
 from .engine import (SUB_BYTE_DTYPES, Engine, EngineContext, EngineSettings, Executable, cpu_name, installed_version,
                      integer_arithmetic, physical_cores)
@@ -273,6 +272,26 @@ class LiteRtEngine(Engine):
         for shared in self._interpreters.values():
             shared.reset_variables()
 
+    def file_record(self, executable: Any, file: str) -> dict | None:
+        """The thread count of an interpreter over ``file`` as it is (not a sub-model, not a rewritten or converted
+        copy), running one of its entry subgraphs whole."""
+        shared = getattr(executable, "shared", None)
+        if not isinstance(executable, LiteRtExecutable) or shared.file is None \
+                or os.path.abspath(shared.file) != os.path.abspath(file) \
+                or executable._subgraph != executable.op_range.subgraph:
+            return None
+        return {"threads": shared.threads}
+
+    def from_file_record(self, file: str, model: Any, record: dict, subgraph: int) -> "LiteRtExecutable":
+        """The interpreter over ``file`` with the recorded thread count (one for all the subgraphs, as
+        ``interpreter`` makes it), running ``subgraph`` whole."""
+        key = (id(model), None)
+        if key not in self._interpreters:
+            self._interpreters[key] = _SharedInterpreter(model, file, int(record["threads"]))
+        sg = model.subgraphs[subgraph]
+        whole = OpRange(subgraph, tuple(range(sg.num_ops)), tuple(sg.inputs), tuple(sg.outputs))
+        return LiteRtExecutable(self._interpreters[key], whole, model)
+
     # ---- the planner's questions ----------------------------------------------------------------
     def compile_cache(self) -> tuple[Any, dict]:
         return self.cache, self.cache_key
@@ -428,6 +447,14 @@ def _timed_thread_count(model: Model, file: str | None, cores: int) -> int:
     if one is None or more is None:
         return cores
     return 1 if one <= more * (1 + TIE_MARGIN) else cores
+
+
+def constant_bytes(model: Model) -> int:
+    """``ir.save.constant_bytes``, imported when asked: its module brings the file encoder, which a warm start
+    (``runtime.warm_start``) does not import."""
+    from ..ir.save import constant_bytes as counted
+
+    return counted(model)
 
 
 def sub_byte_refusal(model: Model) -> str | None:

@@ -1,5 +1,7 @@
 """The user-facing runtime: CompiledModel, TensorBuffer, Event, Options, Environment, Interpreter."""
 
+from .._lazy import lazy_names
+
 from .compiled_model import CompiledModel
 from .environment import Environment, EnvironmentOptions
 from .event import Event
@@ -12,14 +14,5 @@ __all__ = ["CompiledModel", "CpuKernelMode", "CpuOptions", "Environment", "Envir
            "PLACEHOLDER_SIGNATURE", "SignatureRunner", "TensorBuffer"]
 
 # The classic Interpreter API is imported on first use: a start through CompiledModel does not need it.
-_LAZY = {"Interpreter": ".interpreter", "OpResolverType": ".interpreter", "SignatureRunner": ".interpreter"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, {"Interpreter": ".interpreter", "OpResolverType": ".interpreter",
+                                             "SignatureRunner": ".interpreter"}, __all__)

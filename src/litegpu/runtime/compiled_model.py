@@ -21,14 +21,12 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import ir
 from ..backends import registry
-from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, DelegationPlan, plan_model
-from ..compile.choices import obvious_by_size
 from ..errors import (AcceleratorUnavailableError, ClosedError, InvalidArgumentError, SignatureError,
                       TensorBufferError)
 from ..ir import numpy_dtype
@@ -38,6 +36,10 @@ from .event import Event
 from .model import Model, SignatureInfo, read, signatures_of
 from .options import HardwareAccelerator, Options, resolve_options
 from .tensor_buffer import TensorBuffer, as_array
+from . import warm_start
+
+if TYPE_CHECKING:
+    from ..compile import DelegationPlan
 
 HOST_MEMORY_BUFFER_TYPE = 1  # kLiteRtTensorBufferTypeHostMemory, what the official requirements report
 
@@ -127,19 +129,26 @@ def litegpu_version() -> str:
 def litegpu_code_fingerprint(package_dir: str | None = None) -> str:
     """A hash of the path, size and modification time of every source file of the package: a source checkout
     (an editable install) changes its code without changing its version, and a program cached by other code
-    must not be run.  Stat calls only (a few ms for the whole package), once per process."""
-    import hashlib
+    must not be run.  Stat calls only (``os.scandir``, under a millisecond for the whole package; xxh3, whose
+    module the cache has imported, rather than ``hashlib``'s, whose import alone cost a warm start 3 ms), once per
+    process."""
+    import xxhash
 
     root = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    digest = hashlib.blake2b(digest_size=8)
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".fbs")):
-                info = os.stat(os.path.join(folder, name))
-                digest.update(f"{os.path.relpath(os.path.join(folder, name), root)}:{info.st_size}:"
-                              f"{info.st_mtime_ns};".encode())
-    return digest.hexdigest()
+    parts: list[str] = []
+
+    def visit(folder: str, relative: str) -> None:
+        with os.scandir(folder) as found:
+            for entry in sorted(found, key=lambda e: e.name):
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        visit(entry.path, f"{relative}{entry.name}/")
+                elif entry.name.endswith((".py", ".fbs")):
+                    info = entry.stat()
+                    parts.append(f"{relative}{entry.name}:{info.st_size}:{info.st_mtime_ns};")
+
+    visit(root, "")
+    return xxhash.xxh3_64_hexdigest("".join(parts).encode())
 
 
 def _model_fingerprint(model: ir.Model) -> str:
@@ -147,10 +156,7 @@ def _model_fingerprint(model: ir.Model) -> str:
     from ..backends.cache import fingerprint
 
     if model.source and os.path.isfile(model.source):
-        import mmap
-
-        with open(model.source, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return fingerprint(data)
+        return warm_start.file_fingerprint(model.source)
     from ..format import file_format
     from ..ir.save import to_bytes
 
@@ -189,6 +195,24 @@ class CompiledModel:
     do not write a buffer from one thread while another run reads it.
     """
 
+    # A warm start (``runtime.warm_start``) has no IR or plan until something asks for them: read then.
+    _warm: warm_start.WarmRecord | None = None
+    # where a first start of the plain kind records itself for the next, and the model key that record is for
+    _warm_key: tuple[str, dict] | None = None
+
+    @functools.cached_property
+    def _ir(self) -> ir.Model:
+        return self._warm.model()
+
+    @functools.cached_property
+    def _plan(self) -> DelegationPlan:
+        return self._warm.plan(self._xla_ir, self._ir)
+
+    @functools.cached_property
+    def _io_subgraphs(self) -> Any:
+        """The subgraphs as far as the signatures' tensors go: the IR's, or a warm start's record of them."""
+        return self._warm.spec.subgraphs if self._warm is not None else self._ir.subgraphs
+
     def __init__(self, model: ir.Model | Model, options: Options | None = None,
                  environment: Environment | None = None, *, model_digest: str | None = None):
         self._ir = model.ir if isinstance(model, Model) else model
@@ -220,7 +244,42 @@ class CompiledModel:
                   environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
         """Load, verify and prepare a model file; compilation happens on each signature's first run."""
         resolved = resolve_options(options, hardware_accel)
-        return cls(read(model_path), resolved, environment)
+        model_keys: list[dict] = []
+
+        def model_key(token: str) -> dict:
+            model_keys.append(model_cache_key(None, token))
+            return model_keys[-1]
+
+        record, key = warm_start.find(model_path, resolved, open_cache(resolved) if warm_start.eligible_options(
+            resolved) else None, model_key)
+        if record is not None:
+            return cls._started_warm(record, resolved, environment)
+        model = cls(read(model_path), resolved, environment)
+        model._warm_key = (key, model_keys[-1]) if key is not None else None
+        return model
+
+    @classmethod
+    def _started_warm(cls, record: warm_start.WarmRecord, options: Options,
+                      environment: Environment | None) -> "CompiledModel":
+        """A model started from its warm-start record: what ``__init__`` sets, without the IR or the plan."""
+        from .model import SignatureInfo
+
+        self = cls.__new__(cls)
+        self._warm, self._options = record, options
+        self._environment = environment or Environment.create()
+        self._signatures = tuple(SignatureInfo(i, key, sg, inputs, outputs,
+                                               warm_start.input_dtypes(record.spec, sg, inputs))
+                                 for i, (key, sg, inputs, outputs) in enumerate(record.signatures))
+        self._lock = threading.RLock()
+        self._closed = self._fell_back = False
+        self._cache, self._cache_key = record.cache, record.model_key
+        self._platform, self._devices, self._gpu_engine = "cpu", None, None
+        self._backends, self._whole_engine = {}, None
+        self._state = warm_start.WarmState(record, self)
+        self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
+        self._signature_positions, self._straight = {}, {}
+        record.executable(self._signatures[0].subgraph)  # the interpreter loads the file now, as a first start's
+        return self
 
     @classmethod
     def from_buffer(cls, model_data: bytes, hardware_accel: HardwareAccelerator | int | None = None,
@@ -240,6 +299,8 @@ class CompiledModel:
         return cls(model, resolve_options(options, hardware_accel), environment)
 
     def _choose_accelerator(self, flags: int) -> tuple[str, DelegationPlan]:
+        from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, plan_model
+
         if flags & NPU and not flags & (CPU | GPU):
             raise AcceleratorUnavailableError("litegpu has no NPU backend; use HardwareAccelerator.GPU and/or "
                                               "HardwareAccelerator.CPU")
@@ -431,7 +492,7 @@ class CompiledModel:
         raise SignatureError(f"a signature is an index or a key, not {type(signature).__name__}")
 
     def _tensor(self, sig: SignatureInfo, index: int) -> ir.Tensor:
-        return self._ir.subgraphs[sig.subgraph].tensors[index]
+        return self._io_subgraphs[sig.subgraph].tensors[index]
 
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
         self._check_open()
@@ -497,7 +558,7 @@ class CompiledModel:
         current = self._input_shapes[s.index]
         declared = [self._tensor(s, t).shape for _, t in s.inputs]
         if list(current) != list(declared):
-            sg = self._ir.subgraphs[s.subgraph]
+            sg = self._io_subgraphs[s.subgraph]
             by_tensor = {t: shape for shape, (_, t) in zip(current, s.inputs)}
             inferred = self._backend(s).output_shapes(
                 [(by_tensor.get(t, sg.tensors[t].shape), numpy_dtype(sg.tensors[t].dtype)) for t in sg.inputs])
@@ -576,6 +637,8 @@ class CompiledModel:
                 backend = self._make_backend(s.subgraph)
                 self._backends[s.index] = backend
                 self._open_straight_path(s, backend)
+                if self._warm_key is not None:
+                    self._remember_warm_start(backend)
             return backend
 
     def _open_straight_path(self, s: SignatureInfo, backend: Any) -> None:
@@ -585,7 +648,7 @@ class CompiledModel:
         run = offer() if offer is not None else None
         if run is None:
             return
-        sg = self._ir.subgraphs[s.subgraph]
+        sg = self._io_subgraphs[s.subgraph]
         if [t for _, t in s.inputs] != list(sg.inputs) or [t for _, t in s.outputs] != list(sg.outputs):
             return
         output_dtypes = [np.dtype(numpy_dtype(self._tensor(s, t).dtype)) for _, t in s.outputs]
@@ -641,13 +704,25 @@ class CompiledModel:
                                                                 and fidelity.HYBRID_ENGINE not in allowed):
                 self._hybrid = fidelity.HybridVerdict(False, "not a dynamic-range model on the fast path")
             else:  # a small model: the official interpreter runs it untimed (compile.choices)
+                from ..compile.choices import obvious_by_size
+
                 self._hybrid = fidelity.fast_path_verdict(self._ir, lambda: obvious_by_size(self._ir), settings,
                                                           self._cache, self._cache_key)
         return self._hybrid
 
+    def _remember_warm_start(self, backend: Any) -> None:
+        """After a first start's first backend: its warm-start record, where the plan is of the plain kind."""
+        (key, model_key), self._warm_key = self._warm_key, None
+        # the key the record was looked up under describes this model: the same bytes (a file replaced between the
+        # lookup and the read is not recorded), the same code, no key of a rewritten model's entries
+        if not self._fell_back and self._devices is None and self._cache_key == model_key:
+            warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend)
+
     def _make_backend(self, subgraph: int) -> Any:
         """The program of one subgraph: the whole-model engine's own where it runs whole subgraphs (XLA, the
         numpy reference: ``Engine.compile_subgraph``), else the plan's partitions, each compiled by its engine."""
+        if self._warm is not None:
+            return warm_start.WarmSignature(self._warm.executable(subgraph), self._warm.engine, subgraph)
         if not self._plan.is_split:
             engine = self._whole_model_engine()
             # the numpy kernels run the file's model as it is; XLA what it traces (rewritten, a GPU's float view)
@@ -799,7 +874,7 @@ class CompiledModel:
         subgraph's outputs (a SignatureDef may order them differently); computed once per signature."""
         found = self._signature_positions.get(s.index)
         if found is None:
-            sg = self._ir.subgraphs[s.subgraph]
+            sg = self._io_subgraphs[s.subgraph]
             given = [t for _, t in s.inputs]
             missing = [t for t in sg.inputs if t not in given]
             if missing:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import ir
-from ..compile import DelegationPlan, plan
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ..compile import DelegationPlan
 
 PLACEHOLDER_SIGNATURE = "<placeholder signature>"
 
@@ -88,6 +90,8 @@ class Model:
 
     def plan(self, accelerators: int = 1, *, warn: bool = False) -> DelegationPlan:
         """The static delegation plan for these HardwareAccelerator flags (no device needed)."""
+        from ..compile import plan
+
         return plan(self.ir, int(accelerators), warn=warn)
 
     def op_histogram(self, subgraph_index: int = 0) -> dict[str, int]:

@@ -10,7 +10,6 @@ from typing import Any
 from ..compile.precision import PRECISIONS, precision_policy
 from ..backends import registry
 from ..backends.cache import validate_model_token
-from ..compile.float_view import check_quantized_execution
 from ..errors import CacheError, InvalidArgumentError
 
 
@@ -147,6 +146,8 @@ class GpuOptions:
     engine: str | None = None
 
     def __post_init__(self) -> None:
+        from ..compile.float_view import check_quantized_execution  # the float view's module reads models
+
         precision_policy(self.precision)  # validates
         check_quantized_execution(self.quantized_execution)
         if self.engine is not None and self.engine not in gpu_engines():
@@ -220,11 +221,12 @@ class Options:
     @property
     def cache_dir(self) -> str | None:
         """The compile cache directory these options name (None: the default one, ``backends.cache``)."""
-        return self.serialization_dir or self.gpu_options.serialization_dir
+        # the GPU options as given (None: the defaults, which name no directory), not made to ask
+        return self.serialization_dir or getattr(self._gpu_options, "serialization_dir", None)
 
     @property
     def cache_token(self) -> str | None:
-        return self.model_token or check_model_token(self.gpu_options.model_token)
+        return self.model_token or check_model_token(getattr(self._gpu_options, "model_token", None))
 
     def __repr__(self) -> str:
         return (f"Options(hardware_accelerators={self.hardware_accelerators!r}, cpu_options={self._cpu_options!r}, "
