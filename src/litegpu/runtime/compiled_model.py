@@ -379,6 +379,8 @@ class CompiledModel:
     def _cpu_kernels(self, wanted: int) -> str:
         """The CPU kernel mode; weights split over several CPU devices take XLA's kernels (OpenVINO runs
         on one device)."""
+        from ..compile import GPU
+
         kernels = self._options.cpu_options.kernels
         if self._options.devices is not None and not wanted & GPU and kernels == "fast":
             return "builtin"
