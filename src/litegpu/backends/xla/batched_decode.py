@@ -269,6 +269,8 @@ def deviceless_batched_programs(model: Any, state: Any, precision: str = "fp32",
     backend, layout, weights = found
     batched = BatchedDecode(backend, layout)
     rows = None if position is None else batched.rows_for(position, batched.steps)
+    if position is not None and rows is None:  # no bucket below the capacity: the whole-cache programs again
+        return []
     at = "" if rows is None else f" at {position} ({rows} rows)"
     return [(f"batched decode x{n}{at}", batched.lowered(n, rows=rows), weights, n, rows) for n in slots]
 
