@@ -456,6 +456,18 @@ def launches(thunks: list[Thunk], trips: dict[int, int]) -> tuple[int, int]:
     return total, iterations
 
 
+def graph_iterations(thunks: list[Thunk], trips: dict[int, int], inside: bool = False) -> int:
+    """Loop iterations that command buffers drive on the device (CUDA graphs' conditional nodes) in running
+    ``thunks`` once: no host launch each, but not free either, so the table shows them beside the launches."""
+    total = 0
+    for t in thunks:
+        if t.kind == "kCommandBuffer":
+            total += graph_iterations(t.body, trips, True)
+        elif t.kind == "kWhile":
+            total += (trips.get(t.id) or 1) * (int(inside) + graph_iterations(t.body, trips, inside))
+    return total
+
+
 @dataclass
 class TokenCost:
     model: str
@@ -463,6 +475,7 @@ class TokenCost:
     loop_iterations: float        # host-driven loop iterations per token
     weight_bytes: int             # what a token reads of the weights (the embedding table: one row)
     cache_bytes: int              # and of the KV caches (the exported graph reads every row)
+    graph_iterations: float = 0.0  # loop iterations per token run inside command buffers (no host launch)
 
     def bound_ms(self, bandwidth_gbs: float = BANDWIDTH_GBS) -> float:
         """Reading the bytes at the bandwidth."""
@@ -483,12 +496,23 @@ def token_cost(name: str, chunk: int, weight_bytes: int, cache_bytes: int, hlo_t
     trips = _trip_counts(metadata.read_text() if metadata.exists() else "", hlo_text)
     top = thunk_tree(sequence.read_text())
     loop = next((t for t in top if t.kind == "kWhile" and trips.get(t.id) == chunk), None)
-    if loop is None:
-        return None
+    if loop is None:  # inside a command buffer (loops in command buffers): the whole chunk's launches, shared
+        if not any(_holds_loop(t, trips, chunk) for t in top):
+            return None
+        total, iterations = launches(top, trips)
+        return TokenCost(name, total / chunk, iterations / chunk, weight_bytes, cache_bytes,
+                         graph_iterations(top, trips) / chunk)
     outside, outside_iterations = launches([t for t in top if t is not loop], trips)
     body, body_iterations = launches(loop.body, trips)
     return TokenCost(name, body + outside / chunk, body_iterations + outside_iterations / chunk, weight_bytes,
-                     cache_bytes)
+                     cache_bytes, graph_iterations(top, trips) / chunk)
+
+
+def _holds_loop(thunk: Thunk, trips: dict[int, int], chunk: int) -> bool:
+    """Whether ``thunk`` is, or holds, the decode loop (the while loop of ``chunk`` iterations)."""
+    if thunk.kind == "kWhile" and trips.get(thunk.id) == chunk:
+        return True
+    return any(_holds_loop(t, trips, chunk) for t in thunk.condition + thunk.body)
 
 
 def batched_token_cost(name: str, sequences: int, weight_bytes: int, cache_bytes: int,
@@ -500,9 +524,11 @@ def batched_token_cost(name: str, sequences: int, weight_bytes: int, cache_bytes
         return None
     sequence = found[-1]
     metadata = sequence.with_name(sequence.name.replace("thunk_sequence_after_thunk_passes", "thunk_metadata"))
-    total, iterations = launches(thunk_tree(sequence.read_text()),
-                                 _trip_counts(metadata.read_text() if metadata.exists() else "", hlo_text))
-    return TokenCost(name, total / sequences, iterations / sequences, weight_bytes // sequences, cache_bytes)
+    top, trips = thunk_tree(sequence.read_text()), _trip_counts(metadata.read_text() if metadata.exists() else "",
+                                                                  hlo_text)
+    total, iterations = launches(top, trips)
+    return TokenCost(name, total / sequences, iterations / sequences, weight_bytes // sequences, cache_bytes,
+                     graph_iterations(top, trips) / sequences)
 
 
 def _constants_behind(sg: Any, made_by: dict, index: int) -> list[Any]:
@@ -574,14 +600,16 @@ def markdown(reports: list[ProgramReport], max_constant_elements: int) -> str:
 
 
 def token_markdown(reports: list[ProgramReport], bandwidth_gbs: float, launch_us: float) -> str:
-    lines = [f"| model | launches / token | host-driven loop iterations / token | weights read GB | KV cache read GB "
-             f"| bound ms ({bandwidth_gbs:.0f} GB/s) | estimate ms (+{launch_us:g} us a launch) | estimate / bound |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"| model | launches / token | host-driven loop iterations / token | loop iterations in command buffers "
+             f"/ token | weights read GB | KV cache read GB | bound ms ({bandwidth_gbs:.0f} GB/s) "
+             f"| estimate ms (+{launch_us:g} us a launch) | estimate / bound |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in reports:
         if r.token:
             t = r.token
             bound, estimate = t.bound_ms(bandwidth_gbs), t.estimate_ms(bandwidth_gbs, launch_us)
-            lines.append(f"| {t.model} | {t.launches:.1f} | {t.loop_iterations:.1f} | {t.weight_bytes / 1e9:.3f} | "
+            lines.append(f"| {t.model} | {t.launches:.1f} | {t.loop_iterations:.1f} | {t.graph_iterations:.1f} | "
+                         f"{t.weight_bytes / 1e9:.3f} | "
                          f"{t.cache_bytes / 1e9:.3f} | {bound:.3f} | {estimate:.3f} | {estimate / bound:.3f} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +46,14 @@ BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES = 256 << 20
 # 22.7 MB of temporaries, 0.98 MB without the merge; bench/gpu/gpu_compile.py); without it each product fuses the
 # conversion of its own weight.
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_dot_merger_threshold_mb": 0}
+# ... and loops inside command buffers (CUDA graphs).  XLA's default command-buffer types leave WHILE and
+# CONDITIONAL out, so the host drove every loop: a decoder's layer loop cost one launch and a wait for its
+# condition per layer, 16 a token for a 16-layer decoder (1.20-1.34x the bandwidth bound of a ~1B int8 / int4
+# decoder at position 128; with them the whole decode chunk is one launch, BENCHMARKS.md "Loops inside command
+# buffers").  XLA drops them itself where the driver lacks conditional graph nodes (CUDA < 12.3).
+# ``$LITEGPU_GPU_LOOP_BUFFERS=0`` keeps XLA's defaults, as does an ``xla_gpu_enable_command_buffer`` in $XLA_FLAGS.
+GPU_LOOP_COMMAND_BUFFERS = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+LOOP_BUFFERS_ENV = "LITEGPU_GPU_LOOP_BUFFERS"
 # Runs of programs that allocate at least this much (XLA's temporaries and outputs) first give the C heap's
 # free pages back (``_release_freed_memory``): glibc keeps what earlier runs freed (a 3 GB float16 decoder's
 # heap grew by 0.24 GiB over 4 decode steps, its peak), and trimming costs far less than such a run.
@@ -56,6 +65,16 @@ TRIM_BEFORE_RUN_BYTES = 64 << 20
 # subgraphs without state (variables, calls to other subgraphs), are split.
 SPLIT_MODEL_BYTES = 1 << 30
 PART_OPS = 256
+
+
+def gpu_compiler_options() -> dict[str, Any]:
+    """``GPU_COMPILER_OPTIONS``, with loops in command buffers unless ``$LITEGPU_GPU_LOOP_BUFFERS`` turns them off
+    or ``$XLA_FLAGS`` picks the command-buffer types itself."""
+    options = dict(GPU_COMPILER_OPTIONS)
+    switched_off = os.environ.get(LOOP_BUFFERS_ENV, "").strip().lower() in ("0", "off", "false", "no")
+    if not switched_off and "xla_gpu_enable_command_buffer" not in os.environ.get("XLA_FLAGS", ""):
+        options["xla_gpu_enable_command_buffer"] = GPU_LOOP_COMMAND_BUFFERS
+    return options
 
 
 def _release_freed_memory() -> None:
@@ -408,7 +427,7 @@ class XlaBackend(SubgraphProgram):
     def compiler_options(self) -> dict[str, Any]:
         """XLA options for the device this program is compiled for (a GPU's, the host's)."""
         if getattr(self.device, "platform", "cpu") == "gpu":
-            return dict(GPU_COMPILER_OPTIONS)
+            return gpu_compiler_options()
         if self.platform != "cpu":
             return {}
         if self.state.official_float_order and self._weight_bytes <= BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES:
