@@ -7,9 +7,11 @@
 #                                         # official GPU accelerator, same run (after bench/gpu/gpu_prepare.sh iree)
 #     bench/gpu/gpu_checks.sh llm         # issue 25: ~3 GB decoders, this checkout's code and .old's (see step_llm)
 #     bench/gpu/gpu_checks.sh batch       # issue 25: batched() at 1, 8, 64 beside XNNPACK and the official GPU
-#     bench/gpu/gpu_checks.sh decode      # issue 37: ~3 GB decoders at positions 128 / 2048 of a 4096 cache, with
-#                                         # cache buckets on and off, with and without WHILE command buffers, first
-#                                         # token cold / warm, a trace
+#     DECODE_FORMATS=int4 bench/gpu/gpu_checks.sh decode   # issue 37, one call per format (float16, int8, int4;
+#                                         # each under 10 minutes): ~3 GB decoders at positions 128 / 2048 of a 4096
+#                                         # cache, with cache buckets on and off, with loops in command buffers and
+#                                         # without (LITEGPU_GPU_LOOP_BUFFERS=0), first token cold / warm, a trace;
+#                                         # then continuous batching's tokens/s at 1, 8, 32, 64 sequences
 #
 # Run from the repository root.  A device call lasts at most 10 minutes and a session has 15 minutes of device
 # time, machine start included, so the steps come in two calls made back to back (the machine stays warm for
@@ -128,41 +130,47 @@ step_llm() {
 
 step_decode() {
     # Issue 37: decode of ~3 GB decoders (width 4096, a 4096-row KV cache: float16, int8, int4) at positions 128
-    # and 2048: first with the attention over a bucket of the cache (backends.xla.kv_rows; the first token cold,
-    # fresh compile cache, and warm, a second process; a jax.profiler trace of a few chunks), then the same with
-    # LITEGPU_KV_BUCKETS=0 (the whole cache at every step, as before: old and new side by side); after every
-    # format, with XLA's default command buffers and WHILE / CONDITIONAL added (the loops of a chunk and of the
-    # layer scan captured into CUDA graphs instead of driven from the host).  The JSON and traces are packed into
+    # and 2048, as litegpu runs it (the attention over a bucket of the cache, backends.xla.kv_rows; the loops of a
+    # chunk and of the layer scan inside command buffers, backends.xla.backend.gpu_compiler_options; the next
+    # bucket compiled ahead, backends.xla.ahead): the first token cold (fresh compile cache) and warm (a second
+    # process), a jax.profiler trace of a few chunks; then, old and new side by side, with LITEGPU_KV_BUCKETS=0
+    # (the whole cache at every step) and with LITEGPU_GPU_LOOP_BUFFERS=0 (XLA's default command buffers: the
+    # loops driven from the host, one launch a layer).  Then continuous batching (the batched step), total
+    # tokens/s at 1, 8, 32, 64 sequences on a ~1B decoder of that format.  The JSON and traces are packed into
     # $OUT/decode.tgz after each run, so that what finished comes back.
     local b="bench/gpu/bench_gpu.py decode --accelerator $ACCELERATOR --repeats 3 --width ${DECODE_WIDTH:-4096}"
     local keep=/tmp/litegpu-decode small="" positions="${DECODE_POSITIONS:-128 2048}" buckets=${LITEGPU_KV_BUCKETS:-}
     local results=/tmp/litegpu-decode-results traces=/tmp/litegpu-decode-traces
-    local buffers="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+    local batched="--layers 16 --width 2048 --heads 16 --vocab 32000 --max-len 4096 --prompt 128 --new 64"
+    local sequences="1 8 32 64"
     # the rehearsal's 96-row cache is below the 256-row smallest bucket: buckets of 16 rows and up there
     [ "$ACCELERATOR" = cpu ] && small="--vocab 1000 --max-len 96 --prefill-len 8 --steps 40 --bandwidth-gb 0.02" \
-        && positions="8 48" && buckets=${buckets:-16}
+        && positions="8 48" && buckets=${buckets:-16} \
+        && batched="--layers 2 --width 256 --heads 4 --vocab 1000 --max-len 96 --prompt 8 --new 16" \
+        && sequences="1 8"
     export XLA_PYTHON_CLIENT_PREALLOCATE=false  # the warm-start child shares the GPU with its parent
     mkdir -p $keep $results $traces
     pack() {
         tar czf "$OUT/decode.tgz" -C $results .
         tar czf "$OUT/decode_traces.tgz" -C $traces .  # apart: a trace past 16 MiB would not come back
     }
-    run() {  # run NAME BUCKETS XLA_FLAGS [bench_gpu.py options...]: one measurement, its JSON $results/NAME.json
-        local name=$1 rows=$2 flags=$3; shift 3
-        LITEGPU_KV_BUCKETS=$rows XLA_FLAGS=$flags timeout "${DECODE_LIMIT:-150}" $PY $b --gigabytes "${DECODE_GB:-3}" \
-            --max-len 4096 --prefill-len 128 --steps 257 --keep $keep --positions $positions $small \
-            --json "$results/$name.json" "$@"
+    run() {  # run NAME BUCKETS LOOP_BUFFERS [bench_gpu.py options...]: one measurement, its JSON $results/NAME.json
+        local name=$1 rows=$2 loops=$3; shift 3
+        LITEGPU_KV_BUCKETS=$rows LITEGPU_GPU_LOOP_BUFFERS=$loops timeout "${DECODE_LIMIT:-130}" $PY $b \
+            --gigabytes "${DECODE_GB:-3}" --max-len 4096 --prefill-len 128 --steps 257 --keep $keep \
+            --positions $positions $small --json "$results/$name.json" "$@"
         pack
     }
     for w in ${DECODE_FORMATS:-float16 int8 int4}; do
         rm -rf "$keep/cache_$w"
-        run "decode_$w" "$buckets" "${XLA_FLAGS:-}" --weights "$w" --cache-dir "$keep/cache_$w" \
-            --trace "$traces/trace_$w"
-        run "decode_${w}_no_buckets" 0 "${XLA_FLAGS:-}" --weights "$w"
-    done
-    for w in ${DECODE_FORMATS:-float16 int8 int4}; do
-        run "decode_${w}_while_buffers" "$buckets" "${XLA_FLAGS:+$XLA_FLAGS }$buffers" --weights "$w"
+        run "decode_$w" "$buckets" "" --weights "$w" --cache-dir "$keep/cache_$w" --trace "$traces/trace_$w"
+        run "decode_${w}_no_buckets" 0 "" --weights "$w"
+        run "decode_${w}_no_loop_buffers" "$buckets" 0 --weights "$w"
         rm -f $keep/decoder_${w}_*.tflite
+        LITEGPU_KV_BUCKETS=$buckets timeout "${BATCHED_LIMIT:-130}" $PY bench/serving/bench_continuous.py \
+            --accelerator "$ACCELERATOR" --weights "$w" $batched --sequences $sequences --rounds 1 \
+            --json "$results/batched_$w.json"
+        pack
     done
 }
 

@@ -2,9 +2,10 @@
 
     python bench/serving/bench_continuous.py [--weights float32 int8] [--layers 4] [--width 1024]
                                              [--sequences 1 8 32] [--prompt 8] [--new 32] [--rounds 2] [--steps-per-launch 1] [--json out.json]
+                                             [--accelerator gpu]
 
 A decoder of ``bench/models/decoder_model.py`` (made in memory) runs on XLA CPU (``CpuOptions(engines=())``, the engine
-a GPU plan uses, on the host).  For each N, N requests (random prompts of ``--prompt`` tokens, ``--new`` greedy
+a GPU plan uses, on the host), or on the GPU with ``--accelerator gpu`` (``bench/gpu/gpu_checks.sh decode``).  For each N, N requests (random prompts of ``--prompt`` tokens, ``--new`` greedy
 tokens each) go through a ``ContinuousBatcher`` all at once (one decode step per launch for every sequence, the
 KV caches stacked on the device), and through ``litegpu.generate`` one after the other (its device loop,
 16 tokens per launch: the fastest single-sequence path).  Both sides are warmed up first (every slot count
@@ -37,6 +38,8 @@ def make_model(weights: str, args: argparse.Namespace):
     config = DecoderConfig(layers=args.layers, width=args.width, heads=args.heads, vocab=args.vocab,
                            max_len=args.max_len, prefill_len=args.prompt, weights=weights)
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(engines=()))
+    if args.accelerator == "gpu":
+        options = litegpu.Options(litegpu.HardwareAccelerator.GPU)
     return config, litegpu.CompiledModel.from_buffer(to_bytes(build_decoder(config)), options=options)
 
 
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps-per-launch", type=int, default=1, help="the batcher's decode steps per launch")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu: XLA on the host (the engine a GPU plan uses); gpu: litegpu's GPU plan")
     args = harness.parse_args(parser, argv)
     rows = [row for weights in args.weights for row in bench(weights, args)]
     print(markdown(rows))

@@ -25,7 +25,9 @@ A token's cost follows the positions filled, not the cache's capacity: a chunk's
 each cache, a bucket of ``kv_rows.row_buckets`` just past the chunk's last position (256, 384, 512, ... rows of a
 4096-row cache), one program per bucket, each taking the caches in the layout of the full cache's program
 (``kv_rows`` says how the graph is traced for fewer rows, and when it cannot be: ``full_cache_reason``).
-``LITEGPU_KV_BUCKETS=0`` reads the whole cache at every step, as the graph says.
+``LITEGPU_KV_BUCKETS=0`` reads the whole cache at every step, as the graph says.  Once a generation runs in a
+bucket, the next bucket's program is compiled on a background thread (``ahead.COMPILE_AHEAD``), so that reaching it
+does not stall the answer for a compile.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import functools
 import warnings
 import weakref
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +43,7 @@ import numpy as np
 
 from ...errors import SignatureError
 from ...ir import Model, numpy_dtype
+from .ahead import COMPILE_AHEAD, compile_ahead_enabled
 from .kv_rows import RowPlan, cache_rows, plan_or_reason, row_buckets, smallest_rows_setting
 from .kv_rows import rows_for as bucket_holding
 
@@ -331,16 +335,50 @@ class DecodeLoop(CarriedCaches):
         full cache's program's (compiled first)."""
         return list(self._program().input_formats[0][1])
 
+    def _index(self, rows: int | None) -> tuple:
+        """What a compiled program depends on, as its key among the backend's programs."""
+        return (self.chunk, self._shape, _stop_slots(len(self.stop_tokens)), self.layout, self.groups, rows)
+
+    def _compiled(self, rows: int | None) -> Any:
+        key = {"decode_loop": self.chunk, "sampling": repr(self._shape), "stop_slots": self._index(rows)[2],
+               "layout": repr(self.layout), "stacked_caches": repr(self.groups)}
+        if rows is not None:  # the full cache's program keeps the key it had before buckets
+            key.update(kv_rows=rows, carried_formats=repr(self.cache_formats()))
+        return self.backend.compile_program(self._jitted(rows), self._specs(), key)
+
     def _program(self, rows: int | None = None) -> Any:
-        what = (self.chunk, self._shape, _stop_slots(len(self.stop_tokens)), self.layout, self.groups)
         programs = _PROGRAMS.setdefault(self.backend, {})
-        if (*what, rows) not in programs:
-            key = {"decode_loop": self.chunk, "sampling": repr(self._shape), "stop_slots": what[2],
-                   "layout": repr(self.layout), "stacked_caches": repr(self.groups)}
-            if rows is not None:  # the full cache's program keeps the key it had before buckets
-                key.update(kv_rows=rows, carried_formats=repr(self.cache_formats()))
-            programs[(*what, rows)] = self.backend.compile_program(self._jitted(rows), self._specs(), key)
-        return programs[(*what, rows)]
+        index = self._index(rows)
+        found = programs.get(index)
+        if isinstance(found, Future):  # handed to COMPILE_AHEAD
+            if found.cancel():  # not started yet: compiled here
+                found = None
+            else:
+                try:
+                    found = found.result()  # waits for a compile under way
+                except BaseException:
+                    programs.pop(index, None)  # raised at this step, as a compile here would; the next step tries again
+                    raise
+        if found is None:
+            found = self._compiled(rows)
+        programs[index] = found
+        return found
+
+    def _compile_next_bucket(self, rows: int | None, launched: Any) -> None:
+        """Hand the compile of the bucket after ``rows`` (a generation now runs in ``rows``) to ``COMPILE_AHEAD``,
+        started once ``launched`` is ready.  Only the next one: a short answer compiles at most one program it
+        does not use (kept by the compile cache), and a bucket spans at least a quarter of its rows (128 tokens and
+        up) for the compile to finish in."""
+        if rows is None or not compile_ahead_enabled():
+            return
+        after = self.buckets[self.buckets.index(rows) + 1]
+        if after == self.buckets[-1]:  # the whole cache's program, compiled before any bucket's
+            return
+        programs = _PROGRAMS.setdefault(self.backend, {})
+        if self._index(after) not in programs:
+            future = COMPILE_AHEAD.submit(functools.partial(self._compiled, after), launched)
+            if future is not None:
+                programs[self._index(after)] = future
 
     def run(self, caches: list, token: Any, position: int, step: int, valid: int, stopped: Any = False) -> tuple:
         jax = self.backend.jax
@@ -352,7 +390,10 @@ class DecodeLoop(CarriedCaches):
         args = [list(caches), put(token, np.int32), put(position, np.int32), put(step, np.int32),
                 put(valid, np.int32), put(stopped, np.bool_), put(self.seed % (1 << 31), np.int32),
                 put(self.sampling.temperature or 1.0, np.float32), put(top_p, np.float32), put(stops, np.int32)]
-        return self._program(self.rows_for(position, self.chunk))(self.backend.params, *args)
+        rows = self.rows_for(position, self.chunk)
+        launched = self._program(rows)(self.backend.params, *args)
+        self._compile_next_bucket(rows, launched[0])
+        return launched
 
 
 def _laid_out(jax: Any, value: Any, wanted: Any) -> Any:
