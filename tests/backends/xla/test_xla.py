@@ -90,3 +90,20 @@ def test_builtin_order_programs_of_small_models_use_the_fusion_emitters(monkeypa
     monkeypatch.setattr(xla_backend, "BUILTIN_ORDER_FUSION_EMITTERS_MAX_BYTES", 100)  # the model's 1200 bytes pass it
     assert XlaBackend(model, state=XlaState(model, cpu, official_float_order=True)).compiler_options == \
         xla_backend.CPU_COMPILER_OPTIONS
+
+
+def test_gpu_programs_run_their_loops_inside_command_buffers_unless_switched_off(monkeypatch):
+    """WHILE and CONDITIONAL among the command-buffer types on the GPU (one launch a decode chunk, not one a layer);
+    ``$LITEGPU_GPU_LOOP_BUFFERS=0`` or a choice of types in ``$XLA_FLAGS`` leaves XLA's defaults."""
+    from litegpu.backends.xla.backend import LOOP_BUFFERS_ENV, gpu_compiler_options
+
+    monkeypatch.delenv(LOOP_BUFFERS_ENV, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/nowhere")
+    types = gpu_compiler_options()["xla_gpu_enable_command_buffer"].split(",")
+    assert {"WHILE", "CONDITIONAL", "FUSION"} <= set(types)
+    assert gpu_compiler_options()["xla_gpu_dot_merger_threshold_mb"] == 0
+    monkeypatch.setenv(LOOP_BUFFERS_ENV, "0")
+    assert "xla_gpu_enable_command_buffer" not in gpu_compiler_options()
+    monkeypatch.delenv(LOOP_BUFFERS_ENV)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=FUSION")
+    assert "xla_gpu_enable_command_buffer" not in gpu_compiler_options()
