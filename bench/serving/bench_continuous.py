@@ -39,7 +39,7 @@ def make_model(weights: str, args: argparse.Namespace):
                            max_len=args.max_len, prefill_len=args.prompt, weights=weights)
     options = litegpu.Options(litegpu.HardwareAccelerator.CPU, cpu_options=litegpu.CpuOptions(engines=()))
     if args.accelerator == "gpu":
-        options = litegpu.Options(litegpu.HardwareAccelerator.GPU)
+        options = litegpu.Options(litegpu.HardwareAccelerator.GPU | litegpu.HardwareAccelerator.CPU)
     return config, litegpu.CompiledModel.from_buffer(to_bytes(build_decoder(config)), options=options)
 
 
@@ -71,8 +71,8 @@ def bench(weights: str, args: argparse.Namespace) -> list[dict]:
     for n in args.sequences:  # every slot count's programs, and generate's
         batched_run(batcher, requests[n], 2)
     one_at_a_time(model, requests[1] if 1 in requests else requests[min(requests)][:1], args.new)
-    print(f"{weights}: {config.weight_bytes() / 1e6:.0f} MB of weights, warm-up {time.perf_counter() - start:.1f} s",
-          flush=True)
+    print(f"{weights}: {config.weight_bytes() / 1e6:.0f} MB of weights, warm-up {time.perf_counter() - start:.1f} s, "
+          f"batcher engine {batcher.stats()['engine']}", flush=True)
     times: dict[tuple[int, str], list[float]] = {}
     first_tokens: dict[int, list[float]] = {}
     same: dict[int, list[int]] = {}  # per round: the sequences whose batched tokens are generate's
