@@ -145,14 +145,15 @@ def test_every_signature_of_a_real_model_runs_warm_as_cold(tmp_path, shared_mode
     assert warm.get_signature_list() == cold.get_signature_list() and "_ir" not in warm.__dict__
 
 
-def test_a_warm_start_imports_neither_the_planner_nor_the_file_decoder(tmp_path):
+def test_a_warm_start_imports_neither_the_planner_the_ir_classes_nor_the_file_decoder(tmp_path):
     import json
     import subprocess
     import sys
 
     path = small_model(tmp_path / "m.tflite")
     start(path, tmp_path / "c")
-    heavy = ("litegpu.compile.plan", "litegpu.format", "litegpu.ir.load", "litegpu.ops._catalog")
+    heavy = ("litegpu.compile.plan", "litegpu.format", "litegpu.ir.load", "litegpu.ir.model", "litegpu.backends.graph",
+             "litegpu.ops._catalog", "litegpu.ops.custom.python_ops")
     probe = (f"import json, sys, numpy as np, litegpu\n"
              f"m = litegpu.CompiledModel.from_file({path!r}, options=litegpu.Options(cpu_options=litegpu.CpuOptions("
              f"num_threads=1), serialization_dir={str(tmp_path / 'c')!r}))\n"

@@ -29,25 +29,25 @@ import contextlib
 import functools
 import logging
 import os
-import statistics
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
-from ..ir import Model, numpy_dtype
-from ..ir.extract import port_tensor_index
+from ..ir.dtypes import numpy_dtype
 from ..ops import Target
 from .engine import (SUB_BYTE_DTYPES, Engine, EngineContext, EngineSettings, Executable, cpu_name, installed_version,
                      integer_arithmetic, physical_cores)
-from .graph import OpRange
+from .op_range import OpRange
 from .memory import host_available_bytes
+
+if TYPE_CHECKING:  # annotations only: a warm start does not load the IR's classes
+    from ..ir import Model
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +259,8 @@ class LiteRtEngine(Engine):
         if whole:
             return LiteRtExecutable(self.interpreter(model), op_range, model)
         shared = self.interpreter(model, op_range)
+        from ..ir.extract import port_tensor_index
+
         index = {port_tensor_index(t.name): t.index for t in shared.model.subgraphs[0].tensors}
         return LiteRtExecutable(shared, op_range, model, ports=index)
 
@@ -343,6 +345,8 @@ def native_info_logs_dropped() -> Iterator[None]:
         except (OSError, ValueError):  # no stderr to redirect (closed, or not a file descriptor)
             yield
             return
+        import tempfile
+
         caught = tempfile.TemporaryFile()
         try:
             os.dup2(caught.fileno(), 2)
@@ -383,6 +387,8 @@ def _clear_verdict(rounds: dict[str, list[float]]) -> str | None:
     median): a tie goes to it, as its outputs are the official default's and a warm start need not import the
     other engine.  Between the two, the load made the rounds disagree: a median alone gave a verdict that a
     moment's load had chosen."""
+    import statistics
+
     from .timing import paired_ratios
 
     if "litert" not in rounds or len(rounds) == 1:
@@ -403,6 +409,8 @@ def _verdict_that_holds(timed: Any, source: str, scope: str) -> Verdict:
     cannot tell, up to ``CLOSE_TIMINGS`` timings' rounds pooled, and still undecided the official interpreter
     (a ``Verdict`` not ``decided``): the choice that holds from start to start rather than the one a moment's
     load gave."""
+    import statistics
+
     rounds = timed()
     verdict, timings = _clear_verdict(rounds), 1
     while verdict is None and timings < CLOSE_TIMINGS:

@@ -43,7 +43,7 @@ from ..ir.save import op_format_refusal, write_model
 from ..ops import Target
 from .engine import (Engine, EngineContext, EngineSettings, Executable, installed_version, integer_arithmetic,
                      physical_cores)
-from .graph import OpRange
+from .op_range import OpRange
 
 log = logging.getLogger(__name__)
 
