@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import sys
 import threading
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._lazy import LazyLogger
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
 from ..ir.dtypes import numpy_dtype
 from ..ops import Target
@@ -49,7 +49,7 @@ from .memory import host_available_bytes
 if TYPE_CHECKING:  # annotations only: a warm start does not load the IR's classes
     from ..ir import Model
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 # XNNPACK packs a copy of the weights: models past this size stay on XLA, which maps the weights in place
 # (the 1.3x memory goal of models past 2 GB).  Below it, XNNPACK takes a model where the host has room for its

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..backends.engine import SubgraphProgram
+from .._lazy import LazyLogger
 from ..errors import LiteGpuError, ModelFormatError
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 RECORD_VERSION = 1
 
