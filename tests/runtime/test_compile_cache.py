@@ -276,7 +276,7 @@ def test_processes_starting_together_compute_each_entry_once(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernels", ["", "kernel_mode=litegpu.CpuKernelMode.BUILTIN"])
+@pytest.mark.parametrize("kernels", ["", "kernel_mode=litegpu.CpuKernelMode.BUILTIN", 'engines=("openvino",)'])
 def test_eight_processes_starting_together_on_an_empty_cache(tmp_path, kernels):
     path = small_model(tmp_path / "m.tflite")
     results = crowd(path, tmp_path / "c", 8, kernels)

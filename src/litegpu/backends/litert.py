@@ -69,8 +69,11 @@ THREAD_TIMING_S = 0.1
 # The other engine must beat the official interpreter by more than this to run the model: within it the timed
 # choice flipped from run to run (MediaPipe hand and face, EfficientNet-B0, DenseNet121 batch 1: the engines
 # within ~5 % there), and a tie is better given to the official default, whose outputs are the reference and
-# whose warm start imports no other engine.
-TIE_MARGIN = 0.03
+# whose warm start imports no other engine: a second start on OpenVINO pays its import and its compiled blob's,
+# 0.1-0.25 s of CPU, 1.5-2x the official interpreter's whole process on the hand landmark and the transformer
+# encoder (BENCHMARKS.md, "Start-up: OpenVINO's warm start").  10 %: the most that keeps issue 38's rule (no
+# model under 0.9x of the faster engine's steady call) with start-up counted.
+TIE_MARGIN = 0.10
 # A timing whose rounds cannot tell the engines apart (``_clear_verdict``) is followed by another, up to
 # CLOSE_TIMINGS in all, their rounds pooled; still undecided, the official interpreter keeps the model (issue 38).
 # On the loaded development machine one timing's verdict flipped from start to start (a 2.3 ms model's rounds
