@@ -14,8 +14,6 @@ from .errors import (AcceleratorUnavailableError, CacheError, ClosedError, Devic
 from .runtime import (CompiledModel, CpuKernelMode, CpuOptions, Environment, EnvironmentOptions, Event, GpuOptions,
                       HardwareAccelerator, Model, Options, TensorBuffer)
 
-from .ops.custom.python_ops import register_custom_op, unregister_custom_op
-
 from .version import __version__
 
 __all__ = [
@@ -23,15 +21,17 @@ __all__ = [
     "Environment", "EnvironmentOptions", "Event", "GpuOptions", "HardwareAccelerator", "Interpreter",
     "InvalidArgumentError", "LiteGpuError", "Model", "ModelExecutionError", "ModelFormatError", "OpResolverType",
     "OutOfMemoryError", "Options", "SignatureError", "SignatureRunner", "TensorBuffer", "TensorBufferError", "UnsupportedOpError",
-    "WriteError", "errors", "generate", "generate_stream", "LitertLmBundle",
+    "WriteError", "errors", "generate", "generate_stream", "LitertLmBundle", "register_custom_op",
+    "unregister_custom_op",
 ]
 
 # Imported on first use, so that ``import litegpu`` (every start) does not load them: the classic Interpreter API,
-# generation, LiteRT-LM bundles, the bundled model's path.
+# generation, LiteRT-LM bundles, the bundled model's path, custom ops written in Python (which load the IR's classes).
 _LAZY = {"Interpreter": "litegpu.runtime.interpreter", "OpResolverType": "litegpu.runtime.interpreter",
          "SignatureRunner": "litegpu.runtime.interpreter", "generate": "litegpu.runtime.generate",
          "generate_stream": "litegpu.runtime.generate", "LitertLmBundle": "litegpu.runtime.litertlm",
-         "bundled_model": "litegpu.models"}
+         "bundled_model": "litegpu.models", "register_custom_op": "litegpu.ops.custom.python_ops",
+         "unregister_custom_op": "litegpu.ops.custom.python_ops"}
 
 
 def __getattr__(name: str):

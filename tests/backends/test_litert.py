@@ -262,7 +262,9 @@ def test_models_xla_would_run_alone_go_to_the_official_interpreter():
 def time_every_model(monkeypatch):
     """Models as small as these tests' are given to the official interpreter without timing
     (``compile.choices``): here they are timed as a bigger one would be."""
-    monkeypatch.setattr(sys.modules["litegpu.compile.choices"], "OBVIOUS_MAX_MACS", -1)
+    import litegpu.compile.choices as choices  # imported on first use: a test run alone has not yet
+
+    monkeypatch.setattr(choices, "OBVIOUS_MAX_MACS", -1)
 
 
 def _openvino_or_litert(monkeypatch, winner):
@@ -289,7 +291,8 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
     np.testing.assert_allclose(list(cm.run([x]).values())[0], official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.95, "openvino")])
+@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.92, "litert"),
+                                                  (0.85, "openvino")])
 def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
     pytest.importorskip("openvino")
     time_every_model(monkeypatch)
@@ -567,7 +570,8 @@ def timings_giving(*timings):
     (([0.5, 0.6, 0.55, 0.5],), "openvino", 1),                # faster in every round: one timing decides
     (([1.5, 1.4, 1.6],), "litert", 1),
     (([0.98, 0.99, 0.985, 1.0],), "litert", 1),               # a tie goes to the official default at once
-    (([0.9, 0.92, 0.91, 0.9],), "openvino", 1),               # 10 % apart, every round agreeing
+    (([0.85, 0.87, 0.86, 0.85],), "openvino", 1),            # 15 % apart, every round agreeing
+    (([0.92, 0.93, 0.925, 0.92],), "litert", 1),              # 8 %: a tie once OpenVINO's start-up is counted
     # the load made the rounds disagree (MnasNet 0.5 on the loaded machine: either engine faster in a round):
     # timed again, the rounds pooled, and the official interpreter keeps the model while they still disagree
     (([0.4, 0.9, 1.3, 0.8], [0.7, 2.0, 0.5, 0.9], [0.6, 1.4, 0.8, 1.1]), "litert", 3),

@@ -276,7 +276,7 @@ def test_processes_starting_together_compute_each_entry_once(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernels", ["", "kernel_mode=litegpu.CpuKernelMode.BUILTIN"])
+@pytest.mark.parametrize("kernels", ["", "kernel_mode=litegpu.CpuKernelMode.BUILTIN", 'engines=("openvino",)'])
 def test_eight_processes_starting_together_on_an_empty_cache(tmp_path, kernels):
     path = small_model(tmp_path / "m.tflite")
     results = crowd(path, tmp_path / "c", 8, kernels)
@@ -293,7 +293,7 @@ def test_openvino_second_start_hits_and_gives_same_result(tmp_path, without_lite
     path = small_model(tmp_path / "m.tflite")
     first = run_once(path, tmp_path / "c", kernel_mode=FAST)
     filled = entries(tmp_path / "c")
-    assert len(filled) == 2  # the support answer and the compiled blob
+    assert len(filled) == 3  # the support answer, the compiled blob and the warm start's record
     assert np.array_equal(run_once(path, tmp_path / "c", kernel_mode=FAST), first)
     assert entries(tmp_path / "c") == filled
     assert np.allclose(first, 2.0)

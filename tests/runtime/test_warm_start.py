@@ -145,14 +145,15 @@ def test_every_signature_of_a_real_model_runs_warm_as_cold(tmp_path, shared_mode
     assert warm.get_signature_list() == cold.get_signature_list() and "_ir" not in warm.__dict__
 
 
-def test_a_warm_start_imports_neither_the_planner_nor_the_file_decoder(tmp_path):
+def test_a_warm_start_imports_neither_the_planner_the_ir_classes_nor_the_file_decoder(tmp_path):
     import json
     import subprocess
     import sys
 
     path = small_model(tmp_path / "m.tflite")
     start(path, tmp_path / "c")
-    heavy = ("litegpu.compile.plan", "litegpu.format", "litegpu.ir.load", "litegpu.ops._catalog")
+    heavy = ("litegpu.compile.plan", "litegpu.format", "litegpu.ir.load", "litegpu.ir.model", "litegpu.backends.graph",
+             "litegpu.ops._catalog", "litegpu.ops.custom.python_ops")
     probe = (f"import json, sys, numpy as np, litegpu\n"
              f"m = litegpu.CompiledModel.from_file({path!r}, options=litegpu.Options(cpu_options=litegpu.CpuOptions("
              f"num_threads=1), serialization_dir={str(tmp_path / 'c')!r}))\n"
@@ -202,3 +203,67 @@ def test_a_record_of_another_engine_version_is_made_again(tmp_path, monkeypatch)
     with pytest.warns(RuntimeWarning, match="warm-start record"):  # discarded, and recorded again for it
         assert start(path, tmp_path / "c")[0]._warm is None
     assert start(path, tmp_path / "c")[0]._warm is not None
+
+
+def two_output_model(path):
+    """y2 = x + 1 produced after y1 = 3x, but listed first: OpenVINO's partition names its outputs in another
+    order than the subgraph's."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), shape_signature=(-1, 4))
+    y1 = b.tensor("y1", (1, 4), shape_signature=(-1, 4))
+    y2 = b.tensor("y2", (1, 4), shape_signature=(-1, 4))
+    b.op("MUL", [x, b.constant("three", np.full((4,), 3.0, np.float32))], [y1])
+    b.op("ADD", [x, b.constant("one", np.ones((4,), np.float32))], [y2])
+    b.output(y2)
+    b.output(y1)
+    write_model(b.build(), path)
+    return str(path)
+
+
+def test_a_model_planned_on_openvino_starts_warm_from_its_compiled_blob(tmp_path, reads):
+    pytest.importorskip("openvino")
+    path = two_output_model(tmp_path / "m.tflite")
+    on_openvino = litegpu.Options(cpu_options=litegpu.CpuOptions(engines=("openvino",), num_threads=1),
+                                  serialization_dir=str(tmp_path / "c"))
+    x = np.arange(4, dtype=np.float32)[None]
+    cold = litegpu.CompiledModel.from_file(path, options=on_openvino)
+    assert cold._warm is None and cold.plan.engine_summary().endswith("on OpenVINO in 1 partition")
+    expected = cold.run({"x": x})
+    reads.clear()
+    warm = litegpu.CompiledModel.from_file(path, options=on_openvino)
+    assert warm._warm is not None and warm._warm.engine.name == "openvino" and not reads
+    got = warm.run({"x": x})
+    assert list(got) == list(expected) and all(np.array_equal(got[k], expected[k]) for k in got)
+    assert warm._warm.executable(0).loaded_from_cache  # the blob imported, not compiled again
+    bigger = np.arange(12, dtype=np.float32).reshape(3, 4)  # a new shape: compiled from the file
+    warm.resize_input_tensor(0, (3, 4))
+    assert np.array_equal(warm.run({"x": bigger})["y1"], bigger * 3) and not reads
+    assert warm.plan.engine_summary() == cold.plan.engine_summary()  # the IR read when asked
+
+
+def test_a_warm_start_on_openvino_whose_blob_was_evicted_compiles_it_again(tmp_path):
+    pytest.importorskip("openvino")
+    from litegpu.backends.cache import CompileCache
+
+    path = two_output_model(tmp_path / "m.tflite")
+    on_openvino = litegpu.Options(cpu_options=litegpu.CpuOptions(engines=("openvino",), num_threads=1),
+                                  serialization_dir=str(tmp_path / "c"))
+    litegpu.CompiledModel.from_file(path, options=on_openvino).run({"x": np.ones((1, 4), np.float32)})
+    cache = CompileCache(str(tmp_path / "c"))
+    for entry in cache.entries():
+        if entry.engine == "openvino" and entry.what == "compiled program":
+            cache.discard(entry.key, "evicted by the test")
+    warm = litegpu.CompiledModel.from_file(path, options=on_openvino)
+    assert warm._warm is not None and not warm._warm.executable(0).loaded_from_cache
+    out = warm.run({"x": np.ones((1, 4), np.float32)})
+    assert np.array_equal(out["y2"], [[2, 2, 2, 2]]) and np.array_equal(out["y1"], [[3, 3, 3, 3]])
+
+
+def test_the_same_options_object_given_again_finds_the_record(tmp_path):
+    # a cold start fills in the options' defaults that it reads (the GPU options): the record's key ignores them
+    path = small_model(tmp_path / "m.tflite")
+    same = options(tmp_path / "c")
+    cold = litegpu.CompiledModel.from_file(path, options=same)
+    cold.run({"x": np.ones((1, 4), np.float32)})
+    assert cold._warm is None and same._gpu_options is not None
+    assert litegpu.CompiledModel.from_file(path, options=same)._warm is not None

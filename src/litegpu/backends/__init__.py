@@ -4,7 +4,8 @@ kernels), the official interpreter with XNNPACK (``litert``), OpenVINO (``openvi
 GPUs (``iree``), named in one registry (``registry.py``) that no engine imports; with what they share below them:
 graph walking (``graph``) and the compile cache (``cache``)."""
 
-from .graph import GraphRunner
-from .reference import ReferenceBackend
+from .._lazy import lazy_names
 
+# imported on first use: the graph walker loads the IR's classes, which a warm start does without
 __all__ = ["GraphRunner", "ReferenceBackend"]
+__getattr__, __dir__ = lazy_names(__name__, {"GraphRunner": ".graph", "ReferenceBackend": ".reference"}, __all__)

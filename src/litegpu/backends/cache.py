@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 import stat
@@ -34,9 +33,10 @@ from typing import Any, TypeVar
 
 import xxhash
 
+from .._lazy import LazyLogger
 from ..errors import CacheError
 
-log = logging.getLogger("litegpu.cache")
+log = LazyLogger("litegpu.cache")
 T = TypeVar("T")
 
 MAGIC = b"LGPUC001"

@@ -35,11 +35,13 @@ import dataclasses
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..ir import Model, Operator, Subgraph
 from ..ops import Target
-from .graph import OpRange
+from .op_range import OpRange
+
+if TYPE_CHECKING:  # annotations only: a warm start does not load the IR's classes
+    from ..ir import Model, Operator, Subgraph
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ir import Model, numpy_dtype
 from .engine import EngineSettings, cpu_name, integer_arithmetic
-from .graph import OpRange
+from .op_range import OpRange
 
 log = logging.getLogger(__name__)
 

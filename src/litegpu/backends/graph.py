@@ -9,7 +9,6 @@ with its reference kernel, so shapes stay static for XLA.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from ..errors import LiteGpuError, ModelExecutionError, UnsupportedOpError
 from .. import ir
 from ..ir import Model, Subgraph, Tensor, numpy_dtype
 from ..ops import OpContext, Target, lookup
+from .op_range import OpRange
 
 # Ops that must never be evaluated ahead of time: they read or write state.
 STATEFUL_OPS = frozenset({
@@ -31,22 +31,6 @@ FOLD_LIMIT_ELEMENTS = 1 << 16
 
 def tensor_dtype(t: Tensor) -> np.dtype:
     return numpy_dtype(t.dtype)
-
-
-@dataclass(frozen=True)
-class OpRange:
-    """Ops of one subgraph run as a unit, and the tensors crossing its edges (read from before it,
-    needed after it)."""
-
-    subgraph: int
-    op_indices: tuple[int, ...]
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-
-    def __str__(self) -> str:
-        ops = self.op_indices
-        span = f"ops #{ops[0]}..#{ops[-1]}" if ops else "no ops"
-        return f"subgraph {self.subgraph} {span}"
 
 
 def split_ops(sg: Subgraph, order: Sequence[int], part_ops: int, tensor_bytes: Callable[[Tensor], int]

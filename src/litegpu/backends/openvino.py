@@ -32,18 +32,19 @@ import os
 import tempfile
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import EngineCompileError, LiteGpuError, ModelExecutionError
-from ..ir import Model, Operator, Subgraph, numpy_dtype
-from ..ir.extract import extract_ops, port_tensor_index
-from ..ir.save import op_format_refusal, write_model
+from ..ir.dtypes import numpy_dtype
 from ..ops import Target
 from .engine import (Engine, EngineContext, EngineSettings, Executable, installed_version, integer_arithmetic,
                      physical_cores)
-from .graph import OpRange
+from .op_range import OpRange
+
+if TYPE_CHECKING:  # annotations only: a warm start imports neither the IR's classes nor the file writer
+    from ..ir import Model, Operator, Subgraph
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,35 @@ class OpenVinoEngine(Engine):
     def forget(self, model: Model) -> None:
         self._executables = {k: v for k, v in self._executables.items() if k[0] != id(model)}
 
+    def file_record(self, executable: Any, file: str) -> dict | None:
+        """The settings and ports of an executable over ``file`` as it is (its only subgraph whole, read by
+        OpenVINO from the file itself) whose compiled blob the compile cache keeps: a later start imports the blob
+        under the same key without reading the model into the IR."""
+        if not isinstance(executable, OpenVinoExecutable) or executable.file is None or executable.cache is None \
+                or os.path.abspath(executable.file) != os.path.abspath(file):
+            return None
+        r = executable.op_range
+        return {"settings": dataclasses.asdict(executable.settings), "subgraph": r.subgraph,
+                "ops": len(r.op_indices), "inputs": list(r.inputs), "outputs": list(r.outputs)}
+
+    def from_file_record(self, file: str, model: Any, record: dict, subgraph: int) -> "OpenVinoExecutable":
+        """The executable ``file_record`` described, its blob imported from the compile cache (compiled from the
+        file again, and stored, where the cache no longer holds it)."""
+        if int(record["subgraph"]) != subgraph:
+            raise ValueError(f"recorded for subgraph {record['subgraph']}, not {subgraph}")
+        sg = model.subgraphs[subgraph]  # the ports in the subgraph's order (OpenVINO's are matched by name)
+        if sorted(sg.inputs) != sorted(record["inputs"]) or sorted(sg.outputs) != sorted(record["outputs"]):
+            raise ValueError("the recorded ports are not the subgraph's")
+        op_range = OpRange(subgraph, tuple(range(int(record["ops"]))), tuple(sg.inputs), tuple(sg.outputs))
+        settings = EngineSettings(**record["settings"])
+        key = (id(model), op_range, settings)
+        if key not in self._executables:
+            executable = OpenVinoExecutable(model, op_range, settings, self.cache, self.cache_key, file,
+                                            whole_file=True)
+            executable.prepare()  # the blob imported now, as a first start's plan compiles it
+            self._executables[key] = executable
+        return self._executables[key]
+
     def compile_error(self, model: Model, op_range: OpRange) -> str | None:
         """None when OpenVINO compiles ``op_range`` for its declared shapes (the executable is kept for
         ``compile``), else why not: its frontend converts some graphs that its shape inference refuses."""
@@ -244,6 +274,8 @@ def policy_reason(model: Model, sg: Subgraph, op: Operator, approximate_integers
     (``CpuOptions(quantized_execution="fast")``) lets integer and hybrid ops go to OpenVINO too."""
     if op.opcode_name in _STATEFUL:
         return "reads or writes state: kept where the model's state lives"
+    from ..ir.save import op_format_refusal
+
     tflite_refusal = op_format_refusal(sg, op)
     if tflite_refusal is not None:
         return f"OpenVINO reads TFLite only: {tflite_refusal}"
@@ -285,6 +317,8 @@ def _partition_edges(sg: Subgraph, ops: Sequence[int]) -> tuple[list[int], list[
 def _conversion_refusals(model: Model, subgraph: int, candidates: list[int], file: str | None = None
                          ) -> dict[int, str]:
     """OpenVINO's own verdict on ``candidates``: the ops its TFLite frontend leaves as framework nodes."""
+    from ..ir.extract import extract_ops
+
     if not candidates:
         return {}
     sg = model.subgraphs[subgraph]
@@ -329,6 +363,8 @@ def _framework_node_position(node: Any) -> int | None:
 
 
 def _refusals_one_by_one(model: Model, subgraph: int, candidates: list[int]) -> dict[int, str]:
+    from ..ir.extract import extract_ops
+
     sg = model.subgraphs[subgraph]
     refused = {}
     for i in candidates:
@@ -356,6 +392,8 @@ class _written:
         self.model = model
 
     def __enter__(self) -> str:
+        from ..ir.save import write_model
+
         fd, self.path = tempfile.mkstemp(prefix="litegpu-part-", suffix=".tflite")
         os.close(fd)
         write_model(self.model, self.path)
@@ -372,9 +410,12 @@ class OpenVinoExecutable(Executable):
     """One partition compiled by OpenVINO for the CPU, recompiled (and cached) per input shapes."""
 
     def __init__(self, model: Model, op_range: OpRange, settings: EngineSettings, cache: Any = None,
-                 cache_key: dict | None = None, file: str | None = None):
+                 cache_key: dict | None = None, file: str | None = None, whole_file: bool = False):
+        """``whole_file``: ``file`` is known to be the partition (a warm start's record says so; ``model`` then
+        describes the subgraph's ports only, ``runtime.warm_start.ModelSpec``)."""
         self.model, self.op_range, self.settings = model, op_range, settings
-        self.file = _whole_file(model, op_range.subgraph, op_range.op_indices, op_range.inputs, op_range.outputs, file)
+        self.file = file if whole_file else _whole_file(model, op_range.subgraph, op_range.op_indices,
+                                                        op_range.inputs, op_range.outputs, file)
         sg_ = model.subgraphs[op_range.subgraph]
         # how OpenVINO will name the ports: our t<index> names in a sub-model, the file's own names otherwise
         self._port_names = {sg_.tensors[t].name: t for t in (*op_range.inputs, *op_range.outputs)} \
@@ -406,7 +447,8 @@ class OpenVinoExecutable(Executable):
 
         return make_key({**self.cache_key, "engine": "openvino", "openvino": openvino_version(),
                          "subgraph": self.op_range.subgraph, "ops": list(self.op_range.op_indices),
-                         "inputs": list(self.op_range.inputs), "outputs": list(self.op_range.outputs),
+                         # sorted: the ports are matched by name, so their order makes no other program
+                         "inputs": sorted(self.op_range.inputs), "outputs": sorted(self.op_range.outputs),
                          "shapes": [list(s) for s in shapes], "config": self._config()})
 
     def compiled_for(self, shapes: tuple) -> "_Compiled":
@@ -460,6 +502,8 @@ class OpenVinoExecutable(Executable):
         """A context giving the path OpenVINO reads: the model's own file, or the partition written out."""
         if self.file is not None:
             return contextlib.nullcontext(self.file)
+        from ..ir.extract import extract_ops
+
         return _written(extract_ops(self.model, self.op_range.subgraph, self.op_range.op_indices,
                                     self.op_range.inputs, self.op_range.outputs))
 
@@ -491,6 +535,8 @@ def _ports_in_order(ports: Sequence[Any], tensors: Sequence[int], names: dict[st
                     ) -> list[Any]:
     """OpenVINO's ports sorted as ``tensors`` (the partition's order), matched by the names we gave them
     (``t<index>``), or by the file's own tensor names (``names``: name -> tensor index)."""
+    from ..ir.extract import port_tensor_index
+
     by_tensor = {}
     for port in ports:
         for name in port.get_names():

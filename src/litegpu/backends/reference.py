@@ -14,7 +14,8 @@ import numpy as np
 from ..ir import Model
 from ..ops import Target
 from .engine import Engine, EngineContext, EngineSettings, Executable, SubgraphProgram, op_reasons
-from .graph import GraphRunner, OpRange
+from .graph import GraphRunner
+from .op_range import OpRange
 
 
 class ReferenceBackend(Executable, SubgraphProgram):

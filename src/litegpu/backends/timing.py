@@ -8,7 +8,7 @@ from typing import Any
 
 from ..ir import Model
 from .engine import Executable
-from .graph import OpRange
+from .op_range import OpRange
 
 
 def sample_inputs(model: Model, op_range: OpRange, seed: int = 0) -> list[Any]:

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..ir import Model, Operator, Options, Subgraph, Tensor
+
+if TYPE_CHECKING:  # annotations only: a warm start, which imports the op targets, does not load the IR's classes
+    from ..ir import Model, Operator, Options, Subgraph, Tensor
 
 
 class Target(enum.Enum):

@@ -235,10 +235,10 @@ class PartitionedSignature(SubgraphProgram):
         return (None if taken == list(range(len(sg.inputs))) else taken,
                 None if given == list(range(len(op_range.outputs))) else given)
 
-    def whole_executable(self) -> Any:
+    def whole_executable(self, any_order: bool = False) -> Any:
         """The engine's executable when one host unit runs the whole subgraph, inputs and outputs in the
-        subgraph's order (what ``straight_run`` calls); None otherwise."""
-        if self._direct != (None, None):
+        subgraph's order (what ``straight_run`` calls; ``any_order``: or in another order); None otherwise."""
+        if self._direct is None or (not any_order and self._direct != (None, None)):
             return None
         return getattr(self.units[0], "executable", None)
 

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..backends.engine import SubgraphProgram
+from .._lazy import LazyLogger
 from ..errors import LiteGpuError, ModelFormatError
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 RECORD_VERSION = 1
 
@@ -76,8 +76,25 @@ def file_fingerprint(path: str) -> str:
 
 def options_key(options: Any) -> str:
     """The options that shape the plan and the run, as text: ``Options.__repr__`` names all of them (the CPU and
-    GPU options as given: defaults left out are None, a record of their own)."""
-    return repr(options)
+    GPU options as given: defaults are None, whether left out or made since by a start that read them on the same
+    object, so that the same options given again find the record)."""
+    import copy
+
+    given = copy.copy(options)
+    given._cpu_options, given._gpu_options = _unless_default(options._cpu_options), _unless_default(
+        options._gpu_options)
+    return repr(given)
+
+
+def _unless_default(part: Any) -> Any:
+    """``part`` (CPU or GPU options), or None where every field has its default (none made to compare: making
+    the GPU options imports the float view)."""
+    import dataclasses
+
+    if part is None or any(f.default is dataclasses.MISSING or getattr(part, f.name) != f.default
+                           for f in dataclasses.fields(part)):
+        return part
+    return None
 
 
 def _python_ops_registered() -> bool:
@@ -114,11 +131,13 @@ def record_key(model_key: dict, options: Any) -> str:
 class WarmRecord:
     """A record read back: the signatures' tensors, the engine and its record, the plan; ``model()`` reads the IR."""
 
-    def __init__(self, path: str, token: str, model_key: dict, record: dict):
+    def __init__(self, path: str, token: str, model_key: dict, record: dict, cache: Any = None):
         from ..backends import registry
 
-        self.path, self.token, self.model_key = path, token, model_key
-        self.engine = registry.engine(str(record["engine"]))
+        self.path, self.token, self.model_key, self.cache = path, token, model_key, cache
+        # the engine made as a first start's plan makes it for this file (an engine whose executable is a compiled
+        # program reads it from the compile cache under the model's key)
+        self.engine = registry.engine(str(record["engine"]), file=path, cache=cache, cache_key=model_key)
         if self.engine.version() != record["engine_version"]:
             raise ValueError(f"recorded for {record['engine']} {record['engine_version']}, not "
                              f"{self.engine.version()}")
@@ -169,7 +188,7 @@ class WarmSignature(SubgraphProgram):
         return self.executable.run(inputs)
 
     def straight_run(self) -> Any:
-        return self.executable.run_arrays
+        return getattr(self.executable, "run_arrays", None)  # numpy arrays as they are (the official interpreter)
 
     def output_shapes(self, input_shapes: Any) -> Any:
         return self.executable.output_shapes([shape for shape, _ in input_shapes])
@@ -224,9 +243,7 @@ def find(path: Any, options: Any, cache: Any, model_key_of: Any) -> tuple[WarmRe
     if blob is None:
         return None, key
     try:
-        record = WarmRecord(path, token, model_key, json.loads(blob))
-        record.cache = cache
-        return record, key
+        return WarmRecord(path, token, model_key, json.loads(blob), cache), key
     except (ValueError, KeyError, TypeError, IndexError, LiteGpuError) as e:
         # damaged, or of another version of the engine (or of one no longer registered): made again by this start
         cache.discard(key, f"a warm-start record not to use ({e})")
@@ -242,7 +259,8 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
     if plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes or not model.source:
         return False
     whole = getattr(backend, "whole_executable", None)
-    executable = whole() if whole is not None else None
+    # its ports in any order: the warm start's executable runs the subgraph in its own order
+    executable = whole(any_order=True) if whole is not None else None
     engine = registry.engine(plan.engine)
     engine_record = engine.file_record(executable, model.source) if executable is not None else None
     if engine_record is None:
