@@ -38,8 +38,9 @@ def model_names(names: list[str] | None = None) -> list[str]:
 
 # The full-integer and 16x8 conversions' representative dataset.  Calibration only sets each tensor's range (its
 # scale and zero point); the sweep compares litegpu with the official kernels on the same file, whatever its scales,
-# so a few samples give as valid a test as the held-out models' 24, in less of the calibration's time (measured:
-# BENCHMARKS.md, "The fidelity sweep with the final code").
+# so a few samples give as valid a test as the held-out models' 24.  The saving is small (MobileNetV2 int8: 12.4 s
+# of CPU against 14.4 s; BENCHMARKS.md, "The fidelity sweep with the final code"): the converter's own passes cost
+# more than calibration, and on a loaded machine the wall time is mostly waiting.
 CALIBRATION_SAMPLES = 4
 
 
