@@ -80,9 +80,9 @@ def criterion(quant: str) -> str:
     return {"dynamic": "hybrid", "int8": "int", "16x8": "int"}.get(quant, "float")
 
 
-def keras_rep(make_input):
+def keras_rep(make_input, samples: int = 24):
     """Representative samples as the positional list from_keras_model wants."""
-    gen = representative(make_input)
+    gen = representative(make_input, samples)
 
     def listed():
         for sample in gen():
@@ -90,9 +90,10 @@ def keras_rep(make_input):
     return listed
 
 
-def convert_keras(model: keras.Model, quant: str, make_input) -> bytes:
+def convert_keras(model: keras.Model, quant: str, make_input, samples: int = 24) -> bytes:
+    """``samples``: the representative dataset's size (full-integer and 16x8 calibration)."""
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    configure(converter, quant, keras_rep(make_input))
+    configure(converter, quant, keras_rep(make_input, samples))
     return converter.convert()
 
 

@@ -275,6 +275,38 @@ def test_int8_add_rescales_whole_blocks_of_16_of_each_row_as_the_vector_path_doe
     check_op_model(model, [np.full(x_shape, 55, np.int8), np.full(y_shape, 25, np.int8)])
 
 
+# four pairs (float32 scales) that the two-shift vector path (a truncating shift after the high multiply) and the scalar path (a
+# rounding one) take to neighbouring outputs at these scales, e.g. -17 + -16: -15 in a block of 8, -14 past it
+TWO_SHIFT_ADD = ((0.0312, -18), (0.0345, -20), (0.0376, -19))
+TWO_SHIFT_PAIRS = ([-17, -13, -9, -5], [-16, 0, 16, 32])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("x_shape,y_shape", [((4, 1), (4, 12)), ((4, 12), (4, 1)), ((1,), (4, 12)),
+                                             ((4, 12), (4, 12)), ((4, 1, 12), (4, 3, 12))])
+def test_8bit_add_takes_the_vector_paths_blocks_of_8_with_two_shifts(dtype, x_shape, y_shape):
+    # a scalar or last-dimension broadcast runs AddScalarBroadcast (int8 and uint8: blocks of 8 of each row), uint8
+    # without it AddElementwise (blocks of 8); both rescale with two shifts, where int8's AddElementwise (blocks of
+    # 16) takes one; before, the scalar path everywhere: 1 LSB off in the blocks
+    offset = 128 if dtype == "uint8" else 0
+    qx, qy, qo = ((s, z + offset) for s, z in TWO_SHIFT_ADD)
+    model = quantized_binary("ADD", dtype, qx, qy, qo, x_shape, y_shape)
+    pairs = [np.array(v) + offset for v in TWO_SHIFT_PAIRS]  # the k-th pair along the first dimension
+    if 1 in (x_shape[0], y_shape[0]):
+        pairs = [v[:1] for v in pairs]
+    x, y = (np.broadcast_to(v.reshape(-1, *[1] * (len(shape) - 1)), shape).astype(dtype)
+            for v, shape in zip(pairs, (x_shape, y_shape)))
+    check_op_model(model, [x, y])
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [((20,), (20,)), ((2, 10), (2, 1))])
+def test_8bit_add_vector_path_wraps_at_16_bits_like_official(x_shape, y_shape):
+    # an output scale far finer than the inputs': the vector path narrows the sum to int16 (wrapping) where the
+    # scalar path saturates (127 + 127 at 0.5 is 127,000 units of 0.001)
+    model = quantized_binary("ADD", "int8", (0.5, 0), (0.5, 0), (0.001, 0), x_shape, y_shape)
+    check_op_model(model, [np.full(x_shape, 127, np.int8), np.full(y_shape, 127, np.int8)])
+
+
 def test_int16_pot_add_saturates_like_official():
     x = np.array([32767, -32768, 30000, -30000, 5], np.int16)
     y = np.array([32767, -32768, 30000, 1, -7], np.int16)

@@ -284,10 +284,13 @@ def test_quantized_depthwise_conv2d_matches_official(dtype, activation, geometry
     ((1, 6, 6, 4), (6, 3, 3, 2), 1, 1, "SAME"),        # grouped
     ((1, 2, 2, 290), (19, 2, 2, 290), 1, 1, "VALID"),  # one output pixel: Eigen's GEMV (pose landmarks' heads)
     ((1, 12, 12, 6), (1, 3, 3, 6), 1, 1, "SAME"),      # one output channel: Eigen's GEMV too
+    ((1, 6, 6, 48), (8, 5, 5, 48), 1, 1, "SAME"),      # InceptionV3's 5x5: depth 1200, Eigen's depth blocks
+    ((1, 5, 5, 1400), (8, 1, 1, 1400), 1, 1, "VALID"),  # depth blocks at any L1 size up to 64 KiB
 ])
 def test_float_conv2d_equals_the_builtin_kernel_bit_for_bit(geometry):
-    """The builtin float CONV_2D sums each output over the depth in order, every product rounded, then adds the
-    bias: the numpy reference and BUILTIN mode take that order (an ulp or two apart otherwise)."""
+    """The builtin float CONV_2D sums each output over the depth in order, every product rounded (in Eigen's depth
+    blocks past its L1 cache, each block summed apart, then added), then adds the bias: the numpy reference and
+    BUILTIN mode take that order (an ulp or two apart otherwise)."""
     x_shape, w_shape, stride, dilation, padding = geometry
     rng = np.random.default_rng(3)
     b = ModelBuilder()

@@ -165,6 +165,7 @@ def test_float_batch_matmul_is_bit_exact(x_shape, y_shape):
     (1, 102, 24),   # one row: Eigen's GEMV, in four lanes, then the last depth % 4 products
     (3, 101, 1),    # one unit: the same
     (1, 3, 5),
+    (5, 1400, 24),  # Eigen's depth blocks (1400 past its L1 cache's max_kc, at any L1 size up to 64 KiB)
 ])
 def test_float_fully_connected_equals_the_builtin_kernel_bit_for_bit(rows, depth, units):
     """The builtin float FULLY_CONNECTED is x86's Eigen GEMM: each output summed over the depth in order, every

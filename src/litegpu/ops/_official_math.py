@@ -29,6 +29,8 @@ from its bits (``_to_f32``).  Elsewhere than ``OpContext.official_float_order`` 
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -376,7 +378,9 @@ DEPTH_ORDER_UNROLL = 16
 # The in-order sum makes a pass over the output per depth step: affordable for attention's products (a 576-wide
 # LLM's prefill of 32 tokens: 4.7 M multiply-adds), not for big ones (a [30000, 30000] product took 5x the
 # memory of XLA's dot and hours).  Past this many multiply-adds the builtin mode takes XLA's dot, an ulp or so
-# away from the official sum.
+# away from the official sum.  The price, measured on Keras InceptionV3 float32 (BENCHMARKS.md, "The fidelity
+# sweep with the final code"): 2.1e-5 of its largest output here, 1.6e-5 at 2^28, bit for bit at 2^30 (every
+# convolution in order), whose first call took 52 s CPU against 33 s.
 IN_ORDER_MAX_MACS = 1 << 26
 
 
@@ -429,6 +433,43 @@ def sum_in_depth_order(xp: Any, lax: Any, x: Any, y: Any) -> Any:
     return acc
 
 
+# Eigen's GEMM splits the depth into blocks that fit its L1 cache (GeneralBlockPanelKernel.h,
+# evaluateProductBlockingSizesHeuristic, one thread) and sums each block apart, in registers from zero, before it
+# adds it to the output: a depth past max_kc = ((L1 - mr * nr * 4) / (4 * (mr + nr))) rounded down to a multiple
+# of 8 is summed in blocks.  The x86 wheel's SSE kernel has mr = 8, nr = 4; the L1 size is the CPU's, as Eigen
+# reads it (cpuid): 48 KiB here gives max_kc 1016, measured on 1x1 convolutions (depth 1016 in one block, 1024 in
+# blocks of 520, 1200 of 608, 2500 of 840) and InceptionV3's 5x5 convolutions over 48 channels (depth 1200).
+_EIGEN_MR, _EIGEN_NR, _EIGEN_PEELING = 8, 4, 8
+_DEFAULT_L1_BYTES = 32 * 1024  # where the CPU's L1 data cache cannot be read (not Linux): x86's most common
+
+
+def eigen_depth_block(depth: int) -> int:
+    """The depth of Eigen's blocks for a GEMM over ``depth`` on this CPU (``depth`` itself: one block)."""
+    max_kc = max(((_l1_data_cache_bytes() - _EIGEN_MR * _EIGEN_NR * 4) // (4 * (_EIGEN_MR + _EIGEN_NR)))
+                 & ~(_EIGEN_PEELING - 1), 1)
+    if depth <= max_kc:
+        return depth
+    if depth % max_kc == 0:
+        return max_kc
+    # as large a last block as can be for the same number of blocks
+    return max_kc - _EIGEN_PEELING * ((max_kc - 1 - depth % max_kc) // (_EIGEN_PEELING * (depth // max_kc + 1)))
+
+
+@cache
+def _l1_data_cache_bytes() -> int:
+    """One core's L1 data cache in bytes, as Linux reports it (what Eigen reads with cpuid)."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        if level == "1" and kind in ("Data", "Unified"):
+            digits, unit = (size[:-1], size[-1]) if size[-1:] in ("K", "M") else (size, "")
+            if digits.isdigit():
+                return int(digits) * {"K": 1024, "M": 1024 * 1024}.get(unit, 1)
+    return _DEFAULT_L1_BYTES
+
+
 # The lanes of Eigen's float packets on the x86 wheel (SSE: 4); its matrix-vector product keeps one packet of
 # partial sums per output.
 GEMV_LANES = 4
@@ -436,12 +477,20 @@ GEMV_LANES = 4
 
 def sum_as_the_builtin_gemm(xp: Any, lax: Any, x: Any, y: Any) -> Any:
     """x [M, K] @ y [K, N] as the builtin float FULLY_CONNECTED and CONV_2D sum it on x86 (``cpu_backend_gemm``,
-    which takes Eigen there; measured bit for bit): in depth order (``sum_in_depth_order``), except a matrix by
-    a vector (M or N is 1: one row of input, one unit, one output pixel), which Eigen's GEMV sums in
+    which takes Eigen there; measured bit for bit): in depth order (``sum_in_depth_order``) within each of
+    Eigen's depth blocks (``eigen_depth_block``), each block's sum then added to the output in turn; except a
+    matrix by a vector (M or N is 1: one row of input, one unit, one output pixel), which Eigen's GEMV sums in
     ``GEMV_LANES`` lanes, lane j over the steps k = j mod 4 in order, every product rounded; then the lanes
     ``(l0 + l2) + (l1 + l3)``; then the last K mod 4 products in order."""
     if x.shape[-2] != 1 and y.shape[-1] != 1:
-        return sum_in_depth_order(xp, lax, x, y)
+        depth = x.shape[-1]
+        block = eigen_depth_block(depth)
+        if block >= depth:
+            return sum_in_depth_order(xp, lax, x, y)
+        acc = xp.zeros((x.shape[-2], y.shape[-1]), xp.float32)  # Eigen sets the output to zero, then adds
+        for start in range(0, depth, block):
+            acc = acc + sum_in_depth_order(xp, lax, x[:, start:start + block], y[start:start + block])
+        return acc
     depth = x.shape[-1]
     packed = depth - depth % GEMV_LANES
     acc = xp.zeros((x.shape[-2], y.shape[-1]), xp.float32)

@@ -235,70 +235,108 @@ def _quantized_add_or_sub(ctx: OpContext, xp: Any, x: Any, y: Any, *, subtract: 
         return _pot_int16_add_or_sub(ctx, xp, x, y, subtract)
     left_shift = _ADD_LEFT_SHIFT[dtype]
     a, b, twice_max, so = _rescaled_inputs(ctx, xp, x, y, left_shift)
-    if dtype in ("int8", "int16") and not subtract:
-        a, b = _add_vector_blocks(ctx, xp, x, y, (a, b))
+    in_block = None
+    if not subtract:
+        a, b, in_block = _add_vector_blocks(ctx, xp, x, y, (a, b))
     _, zo = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
     # (1 << shift) * scale is a float32 product in the official code (exact: a power of two)
     mo, eo = fp.quantize_multiplier(twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
     raw = fp.wrap_int32(xp, a - b if subtract else a + b)
-    out = fp.multiply_by_quantized_multiplier(xp, raw, mo, eo) + zo
+    out = fp.multiply_by_quantized_multiplier(xp, raw, mo, eo)
+    if in_block is not None and dtype != "int16":
+        # the 8-bit vector paths narrow the rescaled sum to int16 and add the zero point there, both wrapping,
+        # before they saturate to 8 bits: an output scale far finer than the inputs' wraps where the scalar clamps
+        out = xp.where(in_block, _wrap_int16(xp, _wrap_int16(xp, out) + zo), out + zo)
+    else:
+        out = out + zo
     low, high = qz.activation_range(ctx.options.get("fused_activation_function", "NONE"), so, zo,
                                     ctx.output(0).dtype)
     return xp.clip(out, low, high)
 
 
-# The optimized int8 and int16 ADD (optimized_integer_ops::AddElementwiseInt8 / Int16) take their vector path, NEON
-# code that the x86 wheel runs through NEON_2_SSE, on whole blocks of this many elements of each row they are
-# handed, and the scalar reference arithmetic on the rest of the row.
-_ADD_VECTOR_BLOCK = 16
+# The optimized 8-bit and int16 ADD (optimized_ops / optimized_integer_ops add.h) hand each row of the output to a
+# kernel with a vector path, NEON code that the x86 wheel runs through NEON_2_SSE, on whole blocks of the row, and
+# the scalar reference arithmetic on the rest of it.  The vector paths rescale the inputs in one of two ways:
+# "one shift": the left shift and the multiplier's exponent in one shift (a truncating right shift where their sum
+#     is negative), then one rounding doubling high multiply;
+# "two shifts": the left shift, the rounding doubling high multiply, then the exponent as a truncating right shift;
+# where the scalar path rounds twice (the high multiply, then a rounding divide by the exponent's power of two).
+# (kernel, dtype) -> (block, rescaling); the kernels (``_add_kernel_rows``): "whole" and "rows" (AddElementwise on
+# the whole tensor without a broadcast, on the rows of a broadcast's innermost shared dimensions), "scalar"
+# (AddScalarBroadcast: one element of an input against a row of the other's, where the broadcast reaches the last
+# dimension).  Measured against the official kernels on every pair of 8-bit inputs; an int16 broadcast runs the
+# scalar path throughout.
+_ADD_VECTOR_PATHS = {("whole", "int8"): (16, "one shift"), ("rows", "int8"): (16, "one shift"),
+                     ("whole", "int16"): (16, "one shift"),
+                     ("whole", "uint8"): (8, "two shifts"), ("rows", "uint8"): (8, "two shifts"),
+                     ("scalar", "int8"): (8, "two shifts"), ("scalar", "uint8"): (8, "two shifts")}
 
 
-def _add_vector_blocks(ctx: OpContext, xp: Any, x: Any, y: Any, scalar: tuple[Any, Any]) -> tuple[Any, Any]:
-    """Both inputs at the common scale as the vector path of the optimized ADD rescales them where it runs
-    (``_vector_rows``): the left shift and the multiplier's exponent in one shift (a truncating right shift where
-    their sum is negative), then one rounding doubling high multiply, where the scalar path rounds twice (the
-    high multiply, then the divide by the exponent's power of two).  1 LSB apart on a few elements in 100,000:
-    measured on a 16x8 ResNet50's residual ADDs and a full-integer DenseNet121's per-channel ADDs (SUB, uint8,
-    an int16 broadcast and the other broadcasts run the scalar path throughout)."""
+def _add_vector_blocks(ctx: OpContext, xp: Any, x: Any, y: Any,
+                       scalar: tuple[Any, Any]) -> tuple[Any, Any, np.ndarray | None]:
+    """Both inputs at the common scale as the optimized ADD rescales them: on its vector path where it runs
+    (``_ADD_VECTOR_PATHS``), else as ``scalar`` has them (the reference arithmetic); and where the vector path
+    runs (None: nowhere)."""
     dtype = ctx.input(0).dtype
     out_shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(y.shape)))
-    row = _vector_rows(dtype, tuple(x.shape), tuple(y.shape), out_shape)
-    if row is None or row < _ADD_VECTOR_BLOCK:
-        return scalar
-    in_block = (np.arange(int(np.prod(out_shape, dtype=np.int64))) % row < row // _ADD_VECTOR_BLOCK *
-                _ADD_VECTOR_BLOCK).reshape(out_shape)
+    kernel, row = _add_kernel_rows(tuple(x.shape), tuple(y.shape), out_shape)
+    if (kernel, dtype) not in _ADD_VECTOR_PATHS:
+        return scalar[0], scalar[1], None
+    block, rescaling = _ADD_VECTOR_PATHS[kernel, dtype]
+    if row < block:
+        return scalar[0], scalar[1], None
+    in_block = (np.arange(int(np.prod(out_shape, dtype=np.int64))) % row < row // block * block).reshape(out_shape)
     quantization = [qz.scale_and_zero_point(ctx, ctx.input(i), name) for i, name in enumerate(("first input",
                                                                                             "second input"))]
     twice_max = 2.0 * max(scale for scale, _ in quantization)
+    left_shift = _ADD_LEFT_SHIFT[dtype]
     out = []
     for value, (scale, zero_point), rescaled in zip((x, y), quantization, scalar):
         multiplier, exponent = fp.quantize_multiplier(scale / twice_max)
-        shift = _ADD_LEFT_SHIFT[dtype] + exponent
         centred = value.astype(xp.int64) - zero_point
-        shifted = centred << shift if shift >= 0 else centred >> -shift
-        out.append(xp.where(in_block, fp.saturating_rounding_doubling_high_mul(xp, shifted, multiplier), rescaled))
-    return out[0], out[1]
+        if rescaling == "one shift":
+            shift = left_shift + exponent
+            shifted = centred << shift if shift >= 0 else centred >> -shift
+            vector = fp.saturating_rounding_doubling_high_mul(xp, shifted, multiplier)
+        else:
+            vector = fp.saturating_rounding_doubling_high_mul(xp, centred << left_shift, multiplier)
+            vector = vector << exponent if exponent >= 0 else vector >> -exponent
+        out.append(xp.where(in_block, vector, rescaled))
+    return out[0], out[1], in_block
 
 
-def _vector_rows(dtype: str, x_shape: tuple, y_shape: tuple, out_shape: tuple) -> int | None:
-    """The length of the rows the optimized ADD hands its vector path, or None where it runs the scalar path
-    throughout: the whole tensor without broadcast (int8, int16); with int8, where one input is the output's shape
-    and the other one row of its trailing dimensions, repeated (a per-channel ADD), that row (measured; the
-    broadcast of a scalar or along the last dimension takes another kernel, not matched here)."""
-    if x_shape == y_shape:
-        return int(np.prod(out_shape, dtype=np.int64))
-    if dtype != "int8":
-        return None
-    small = y_shape if x_shape == out_shape else x_shape if y_shape == out_shape else None
-    if small is None:
-        return None
-    small = (1,) * (len(out_shape) - len(small)) + tuple(small)
-    broadcast = [i for i, (a, b) in enumerate(zip(small, out_shape)) if a != b]
-    last = broadcast[-1]
-    if any(small[i] != 1 for i in range(last)):
-        return None
-    row = int(np.prod(out_shape[last + 1:], dtype=np.int64))
-    return row if row > 1 else None
+def _wrap_int16(xp: Any, x: Any) -> Any:
+    """``x`` narrowed to int16 as vmovn / a 16-bit add do: modulo 2^16."""
+    return ((x + 32768) & 0xFFFF) - 32768
+
+
+def _add_kernel_rows(x_shape: tuple, y_shape: tuple, out_shape: tuple) -> tuple[str, int]:
+    """Which kernel the optimized ADD hands the output's rows to, and their length (``ProcessBroadcastShapes``
+    and ``BroadcastAddFivefold``): without a broadcast AddElementwise on the whole tensor ("whole"); with a
+    broadcast that five loops describe, AddElementwise on the innermost dimensions both inputs share (y4, "rows"),
+    or AddScalarBroadcast on the dimensions one input broadcasts along (y3, "scalar") where there are none;
+    "generic" (the reference kernel) else."""
+    n = len(out_shape)
+    a = (1,) * (n - len(x_shape)) + tuple(x_shape)
+    b = (1,) * (n - len(y_shape)) + tuple(y_shape)
+    total = int(np.prod(out_shape, dtype=np.int64))
+    if a == b:
+        return "whole", total
+    differs = [i for i in range(n) if a[i] != b[i]]
+    if 1 not in (a[differs[-1]], b[differs[-1]]):
+        return "generic", total
+    if b[differs[-1]] == 1:  # the input that broadcasts along the innermost differing dimension goes first
+        a, b = b, a
+    y = [1] * 5
+    i = n - 1
+    for slot, test in ((4, lambda i: a[i] == b[i]), (3, lambda i: a[i] == 1), (2, lambda i: a[i] == b[i]),
+                       (1, lambda i: b[i] == 1), (0, lambda i: a[i] == b[i])):
+        while i >= 0 and test(i):
+            y[slot] *= max(a[i], b[i])
+            i -= 1
+    if i >= 0:
+        return "generic", total
+    return ("rows", y[4]) if y[4] > 1 else ("scalar", y[3])
 
 
 def _checked_log2(scale: float) -> int | None:
