@@ -1,6 +1,6 @@
 """The model zoo's definitions and converter; run with the TensorFlow venv, not litegpu's.
 
-    /work/tfenv/bin/python bench/models/zoo_models.py OUT_DIR [NAME ...]
+    nice /work/venv-tf/bin/python bench/models/zoo_models.py /work/zoo/keras [NAME ...]
 
 Keras 3 applications with ``weights=None`` (no downloads here; random weights,
 seeded, are fine for speed) and a small transformer encoder, each converted
@@ -88,8 +88,9 @@ def build(name: str, batch: int, out: Path) -> dict:
     # Keras 3 variables are not frozen by the converter itself: fold them into constants first.
     frozen = convert_variables_to_constants_v2(fn.get_concrete_function(spec))
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
-    data = converter.convert()
-    out.write_bytes(data)
+    tmp = out.with_suffix(".tflite.tmp")
+    tmp.write_bytes(converter.convert())
+    tmp.replace(out)  # a conversion cut short leaves no half-written model behind
     return {"params": int(model.count_params())}
 
 
