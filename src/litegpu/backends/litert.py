@@ -82,9 +82,11 @@ CLOSE_TIMINGS = 3
 # rounds, 2x slower alone there than OpenVINO, and the compile cache kept it (issue 38).
 MIN_VERDICT_ROUNDS = 6
 # Still undecided after CLOSE_TIMINGS, the official interpreter keeps the model unless the pooled rounds' median has
-# the other engine faster by more than this: a near tie stays where it holds from start to start, and a gap of 2x
-# does not go to the slower engine for the session (the verdict is not kept either way, ``Verdict.decided``).
-UNDECIDED_MARGIN = 0.25
+# the other engine faster by more than this: a near tie stays where it holds from start to start, and a gap past
+# the 0.9x that issue 38 allows does not go to the slower engine for the session (the verdict is not kept either
+# way, ``Verdict.decided``).  At load 14, ConvNeXt-tiny's nine pooled rounds had OpenVINO's median 0.81-0.88x
+# XNNPACK's, either engine faster in a third of them.
+UNDECIDED_MARGIN = 0.10
 
 
 @functools.lru_cache(maxsize=1)
