@@ -1,7 +1,7 @@
 """litegpu against the faster CPU engine alone on both zoos, measured until each model's ratio is decided.
 
     LITEGPU_ZOO_DIR=/work/zoo PYTHONPATH=src python bench/cpu/zoo_decide.py [--zoos litert_torch keras_b1 ...]
-        [--min-seconds 6] [--max-seconds 20] [--json bench/cpu/zoo_decide.json]
+        [--min-seconds 4] [--max-seconds 15] [--json bench/cpu/zoo_decide.json]
 
 Issue 38's "Done when": on the litert-torch zoo and the Keras zoo, no model under 0.9x of the faster engine
 alone and the geometric mean at least 1.0x.  Each model runs in its own process: XNNPACK alone (the official
@@ -42,7 +42,7 @@ BLOCK_SECONDS = 0.025  # a block this long makes a sub-millisecond model's turn 
 MAX_BLOCK = 20
 WIDEST = 1.10  # a decided interval's high / low at most this
 BOOTSTRAP = 400
-MIN_ROUNDS = 8
+MIN_ROUNDS = 6
 
 
 def zoos() -> dict[str, list[Path]]:
@@ -202,8 +202,8 @@ def main() -> None:
                         choices=["litert_torch", "keras_b1", "keras_b8"])
     parser.add_argument("--only", nargs="+", default=[], help="model stems to measure (default: every one)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--min-seconds", type=float, default=6.0, help="timing per model, at least")
-    parser.add_argument("--max-seconds", type=float, default=20.0, help="timing per model, at most (undecided)")
+    parser.add_argument("--min-seconds", type=float, default=4.0, help="timing per model, at least")
+    parser.add_argument("--max-seconds", type=float, default=15.0, help="timing per model, at most (undecided)")
     parser.add_argument("--json", type=Path, default=HERE / "zoo_decide.json")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child process: measure one model
     args = parser.parse_args()
@@ -218,10 +218,11 @@ def main() -> None:
         if not models:
             print(f"{zoo}: no models in {harness.ZOO_CACHE} (LITEGPU_ZOO_DIR): see bench/README.md", flush=True)
         for path in models:
+            began = time.perf_counter()
             row = harness.child_row(
                 [sys.executable, __file__, "--one", str(path), "--threads", str(args.threads), "--min-seconds",
                  str(args.min_seconds), "--max-seconds", str(args.max_seconds)], path.stem, timeout=900)
-            by_zoo.setdefault(zoo, []).append({**row, "zoo": zoo})
+            by_zoo.setdefault(zoo, []).append({**row, "zoo": zoo, "wall_s": round(time.perf_counter() - began, 1)})
             print(json.dumps(by_zoo[zoo][-1]), flush=True)
             harness.write_json(args.json, {"machine": harness.machine("ai-edge-litert", "openvino"),
                                            "threads": args.threads, "zoos": by_zoo,
