@@ -58,10 +58,10 @@ def test_the_zoo_summary_names_the_lowest_model_and_counts_the_misses_and_the_un
 
 
 def test_an_engine_alone_over_twice_the_other_is_left_out_and_the_ratio_is_the_other_engines():
-    times = {"xnnpack": [60.0] * 8, "openvino": [2000.0] * 8, "litegpu": [55.0] * 8}
+    times = {"xnnpack": [60.0] * 3, "openvino": [2000.0] * 3, "litegpu": [55.0] * 3}
     assert zd.far_slower(times) == "openvino"
-    assert zd.far_slower({**times, "openvino": [100.0] * 8}) is None
-    times = {**times, "xnnpack": [60.0] * 12, "litegpu": [55.0] * 12}  # OpenVINO's turns stopped after 8 rounds
+    assert zd.far_slower({**times, "openvino": [100.0] * 3}) is None
+    times = {**times, "xnnpack": [60.0] * 12, "litegpu": [55.0] * 12}  # OpenVINO's turns stopped after 3 rounds
     assert zd.paired_vs_best(times) == pytest.approx(60 / 55)
     assert zd.interval(times) == pytest.approx((60 / 55, 60 / 55))
 

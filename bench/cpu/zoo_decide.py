@@ -43,6 +43,7 @@ MAX_BLOCK = 20
 WIDEST = 1.10  # a decided interval's high / low at most this
 BOOTSTRAP = 400
 MIN_ROUNDS = 6
+DROP_AFTER = 3  # rounds before an engine alone over twice the other's time stops taking turns (``far_slower``)
 
 
 def zoos() -> dict[str, list[Path]]:
@@ -113,7 +114,7 @@ def time_until_decided(runners: dict, block: int, min_seconds: float, max_second
     for k, names in enumerate(harness.rounds(list(runners), None, order="shuffle")):
         for name in (n for n in names if n in active):
             times[name].append(_seconds(lambda: [runners[name]() for _ in range(block)]) / block)
-        if k + 1 == MIN_ROUNDS and (slow := far_slower(times)):
+        if k + 1 == DROP_AFTER and (slow := far_slower(times)):
             active.discard(slow)  # its rounds so far stay: the table shows its time
         elapsed = time.perf_counter() - start
         if k + 1 >= MIN_ROUNDS and elapsed >= min_seconds and (elapsed >= max_seconds or decided(*interval(times))):
