@@ -28,8 +28,13 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 # LITEGPU_SHARED_MODELS, as in tests/conftest.py: a GPU machine gets the models in a folder of the checkout
 SHARED_MODELS = Path(os.environ.get("LITEGPU_SHARED_MODELS", ROOT.parent / "shared" / "models"))
-# Caches stay at bench/'s top (ignored by git), where they were before the scripts moved into folders
-ZOO_CACHE = BENCH / ".zoo"
+# The converted zoos take an hour to rebuild and an ignored folder goes with its worktree: LITEGPU_ZOO_DIR puts them
+# where they last (/work/zoo here); without it, bench/'s top (ignored by git), as before the scripts moved into folders
+ZOO_CACHE = Path(os.environ.get("LITEGPU_ZOO_DIR", BENCH / ".zoo"))
+KERAS_ZOO = ZOO_CACHE / "keras"  # bench/models/zoo_models.py, batch 1 and 8
+LITERT_TORCH_ZOO = ZOO_CACHE / "litert_torch"  # bench/models/litert_torch_zoo.py
+# TensorFlow's venv, for the converters that need it
+TF_PYTHON = Path(os.environ.get("LITEGPU_TF_PYTHON", "/work/venv-tf/bin/python"))
 
 
 def area_folders() -> list[Path]:
@@ -232,6 +237,21 @@ def child_environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(extra)
     return env
+
+
+def child_row(argv: Sequence[str], model: str, timeout: float) -> dict:
+    """The row a child process measuring one model printed last (a line ``ROW {json}``), or what went wrong: a
+    crash or a big model's memory stays in that process."""
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": model, "error": f"timed out after {timeout:.0f} s"}
+    found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    return json.loads(found[-1]) if found else {
+        "model": model, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]}
 
 
 def timed_process(argv: Sequence[str], env: Mapping[str, str] | None = None,

@@ -169,3 +169,24 @@ def test_the_official_runner_reads_every_output_back(tmp_path):
         run, interpreter = harness.official_runner(path, inputs, 1, builtin=builtin)
         np.testing.assert_allclose(run()[0], 2 * inputs[0])
         np.testing.assert_allclose(harness.invoker(interpreter, inputs)()[0], 2 * inputs[0])
+
+
+def test_the_zoos_are_found_where_litegpu_zoo_dir_says(tmp_path):
+    """Built zoos outlive the worktree only outside it: LITEGPU_ZOO_DIR moves every zoo, each in a folder of its own."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "LITEGPU_ZOO_DIR": str(tmp_path)}
+    printed = subprocess.run([sys.executable, "-c", "import harness; print(harness.ZOO_CACHE, harness.KERAS_ZOO, "
+                              "harness.LITERT_TORCH_ZOO)"], cwd=BENCH, env=env, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert printed == [str(tmp_path), str(tmp_path / "keras"), str(tmp_path / "litert_torch")]
+
+
+def test_child_row_reads_the_last_row_a_child_printed_and_says_why_there_is_none():
+    row = harness.child_row([sys.executable, "-c", "print('ROW {\"a\": 1}'); print('ROW {\"a\": 2}')"], "m", 60)
+    assert row == {"a": 2}
+    failed = harness.child_row([sys.executable, "-c", "raise SystemExit('no such model')"], "m", 60)
+    assert failed == {"model": "m", "error": "no such model"}
+    slow = harness.child_row([sys.executable, "-c", "import time; time.sleep(30)"], "m", 0.5)
+    assert slow["model"] == "m" and "timed out" in slow["error"]

@@ -84,7 +84,7 @@ from litegpu.compile import choices
 sys.path.insert(0, {tests!r})
 choices.OBVIOUS_MAX_MACS = -1  # as a model past the size rule: the engines are timed ...
 litert.THREAD_CHOICE_MAX_MACS = -1
-timing.timed_rounds = lambda candidates, **kw: {{n: [1.0 if n == "openvino" else 2.0] * 3 for n in candidates}}
+timing.timed_rounds = lambda candidates, **kw: {{n: [1.0 if n == "openvino" else 2.0] * 6 for n in candidates}}
 model = litegpu.CompiledModel.from_file({path!r})  # ... and OpenVINO wins
 assert model.plan.engine_summary() == "3 ops on OpenVINO in 1 partition", model.plan.engine_summary()
 model.run([np.ones((1, 16), np.float32)])

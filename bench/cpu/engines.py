@@ -2,7 +2,8 @@
 
     python bench/cpu/engines.py [MODEL.tflite ...] [--threads 2] [--seconds 3] [--json bench/cpu/engines.json]
 
-Without model arguments: every model in ../shared/models, tests/heldout/models and bench/.zoo.  Each model
+Without model arguments: every model in ../shared/models, tests/heldout/models and the zoos (``LITEGPU_ZOO_DIR``,
+else bench/.zoo: its top, ``keras/`` and ``litert_torch/``).  Each model
 is measured in its own process (a crash or a big model's memory stays there), where four variants run
 alternately, in a new (seeded random) order every round, on the same inputs, every output
 read back to host memory, all at ``--threads`` threads and in fp32:
@@ -34,7 +35,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # bench/: the shared harness
 import harness  # noqa: E402
 
-DEFAULT_DIRS = [harness.SHARED_MODELS, harness.ROOT / "tests" / "heldout" / "models", harness.ZOO_CACHE]
+DEFAULT_DIRS = [harness.SHARED_MODELS, harness.ROOT / "tests" / "heldout" / "models", harness.ZOO_CACHE,
+                harness.KERAS_ZOO, harness.LITERT_TORCH_ZOO]
 VARIANTS = ("xnnpack", "openvino", "litegpu", "exact")
 
 
@@ -203,10 +205,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", str(path), "--threads", str(args.threads), "--seconds",
                str(args.seconds), "--max-runs", str(args.max_runs), "--block", str(args.block), "--variants", *args.variants] + (
                    ["--starts"] if args.starts else [])
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-        found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
-        rows.append(json.loads(found[-1]) if found else {
-            "model": path.stem, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]})
+        rows.append(harness.child_row(cmd, path.stem, timeout=1800))
         print(json.dumps(rows[-1]), flush=True)
     harness.write_json(args.json, {"machine": harness.machine("ai-edge-litert", "openvino", "jax"),
                                    "threads": args.threads, "models": rows})

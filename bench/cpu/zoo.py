@@ -1,6 +1,6 @@
 """The model zoo: litegpu and the official runtime on the same models, inputs and machine.
 
-    python bench/cpu/zoo.py build [NAME ...]      # convert the Keras zoo with /work/tfenv (cached in bench/.zoo)
+    python bench/cpu/zoo.py build [NAME ...]      # convert the Keras zoo with /work/venv-tf (into $LITEGPU_ZOO_DIR/keras)
     python bench/cpu/zoo.py run [--only STEM ...] [--threads 2] [--max-runs 30] [--seconds 4]
     python bench/cpu/zoo.py table                 # the markdown table of bench/cpu/zoo.json
     python bench/cpu/zoo.py plot                  # bench/cpu/zoo.png from bench/cpu/zoo.json
@@ -49,9 +49,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # bench/: the shared harness
 import harness  # noqa: E402
 
-ZOO_DIR = Path(os.environ.get("LITEGPU_ZOO_DIR", harness.ZOO_CACHE))
+ZOO_DIR = harness.KERAS_ZOO
 SHARED_MODELS = harness.SHARED_MODELS
-TF_PYTHON = Path("/work/tfenv/bin/python")
+TF_PYTHON = harness.TF_PYTHON
 RESULTS = HERE / "zoo.json"
 PLOT = HERE / "zoo.png"
 SEED = 1234
@@ -73,7 +73,9 @@ def build(names: list[str]) -> int:
 
 
 def zoo_files(only: list[str] | None) -> list[Path]:
-    files = sorted(ZOO_DIR.glob("*.tflite")) + sorted(SHARED_MODELS.glob("*.tflite"))
+    # harness.ZOO_CACHE's own top too: a flat folder of a few zoo models (bench/gpu/gpu_checks.sh's .gpu/zoo)
+    files = sorted(ZOO_DIR.glob("*.tflite")) + sorted(harness.ZOO_CACHE.glob("*.tflite")) + sorted(
+        SHARED_MODELS.glob("*.tflite"))
     return [f for f in files if not only or f.stem in only]
 
 
@@ -231,7 +233,7 @@ def measure_one(path: Path, threads: int, seconds: float, min_runs: int, max_run
 
     from litegpu.ir import read_model
 
-    record: dict[str, Any] = {"model": path.stem, "source": "zoo" if path.resolve().parent == ZOO_DIR else "shared",
+    record: dict[str, Any] = {"model": path.stem, "source": "shared" if path.resolve().parent == SHARED_MODELS.resolve() else "zoo",
                               "file_bytes": path.stat().st_size}
     model_ir = read_model(path)
     details = [{"shape": t.shape, "dtype": np.dtype(_np_dtype(t.dtype)).name}

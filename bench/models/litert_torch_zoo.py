@@ -7,10 +7,10 @@ Rebuild (a venv of its own, so the shared environment's torch is left alone; abo
 
     python -m venv /work/venv-lt
     /work/venv-lt/bin/pip install litert-torch timm torchvision transformers
-    /work/venv-lt/bin/python bench/models/litert_torch_zoo.py bench/.zoo/litert_torch [NAME ...]
+    /work/venv-lt/bin/python bench/models/litert_torch_zoo.py /work/zoo/litert_torch [NAME ...]
 
 Writes ``NAME.tflite`` (a model already there is kept) and one JSON line per model; then measure with
-``PYTHONPATH=src python bench/cpu/engines.py bench/.zoo/litert_torch/*.tflite --variants xnnpack openvino litegpu``.
+``PYTHONPATH=src python bench/cpu/engines.py /work/zoo/litert_torch/*.tflite --variants xnnpack openvino litegpu``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def timings(monkeypatch):
 
     def timed(candidates, **kwargs):  # ``timing.timed_rounds``: OpenVINO twice as fast in every round
         calls.append(sorted(candidates))
-        return {name: [1.0 if name == "openvino" else 2.0] * 3 for name in candidates}
+        return {name: [1.0 if name == "openvino" else 2.0] * 6 for name in candidates}
 
     monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)
     monkeypatch.setattr("litegpu.backends.timing.timed_rounds", timed)
