@@ -273,6 +273,14 @@ class Engine(abc.ABC):
     def reset_variables(self) -> None:
         """Resource variables of the models it runs back to their initial values (``reset_all_variables``)."""
 
+    def profile_ops(self, model: Model, subgraph: int, inputs: Sequence[Any], repeats: int,
+                    on_op: Any) -> "tuple[list[dict[str, Any]], float] | None":
+        """``litegpu bench --profile``: each op of ``subgraph`` timed alone on the engine's device for ``inputs``
+        (host arrays, the subgraph's order), ``on_op()`` called after each: (a record per op -- "index", "op",
+        "kind" ("timed", "folded", "stateful"), "ms", "output_shapes" --, one dispatch's overhead in ms); None
+        where the engine cannot time its ops one by one (it runs a partition as one program of its own)."""
+        return None
+
     def placement_report(self) -> Any:
         """How the weights it keeps on an accelerator sit there (``backends.sharding.PlacementReport``); None
         where it keeps none there (the runtime then reports the weights its exact kernels hold, ``weights``)."""

@@ -149,7 +149,7 @@ class _Loop:
 
     def cache_arrays(self, device: Any) -> list[Any]:
         """The KV cache as device arrays, in ``cache_names`` order (host zeros before any run are placed there)."""
-        from ..backends.xla.device import jax_module
+        from ..backends.device_arrays import jax_module
 
         values = [self.caches[n]._data() for n in self.cache_names]
         return [v if _is_device_array(v) else jax_module().device_put(np.asarray(v), device) for v in values]
@@ -278,7 +278,7 @@ def _carried_layout(loop: _Loop, key: str, executable: Any) -> tuple[list[int], 
 def _device_argmax(shape: tuple[int, ...], dtype: str) -> Any:
     """logits [..., vocab] -> the argmax of the last position (ties to the lowest id, as ``np.argmax``), as a
     device array of the tokens input's shape and dtype, ready to be fed to the next step."""
-    from ..backends.xla.device import jax_module
+    from ..backends.device_arrays import jax_module
 
     jax = jax_module()
 

@@ -21,7 +21,7 @@ from ..graph import OpRange
 from ...ops import Target
 from .backend import XlaBackend
 from .state import XlaState
-from .device import available_platforms, device_for, is_device_array, jax_module
+from ..device_arrays import available_platforms, device_for, is_device_array, jax_module
 
 
 class XlaEngine(Engine):
@@ -121,6 +121,16 @@ class XlaEngine(Engine):
         reports those itself, ``weights``)."""
         on_gpu = [state for (_, platform), (_, state) in self._states.items() if platform != "cpu"]
         return on_gpu[0].placement_report() if on_gpu else None
+
+    def profile_ops(self, model: Model, subgraph: int, inputs: Sequence[Any], repeats: int,
+                    on_op: Any) -> tuple[list[dict[str, Any]], float]:
+        """Each op as its own program on the engine's platform, over the model's weights there
+        (``op_profile``)."""
+        from .op_profile import profile_ops
+
+        device = (self.context.device or device_for)(self.platform)
+        return profile_ops(self.weights(model, self.platform), device, model, subgraph, inputs, self.rules,
+                           self.settings.precision, self.context.official_float_order, repeats, on_op)
 
     def describe(self) -> str:
         import jax
