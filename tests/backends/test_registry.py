@@ -180,9 +180,7 @@ def test_every_table_of_engines_comes_from_the_registry():
 # The engines' modules and packages in backends/: what runtime/, compile/ and cli/ import none of (they ask the
 # registry).
 ENGINE_MODULES = {"litert", "openvino", "iree", "xla", "reference"}
-# What still reaches the XLA package directly, file by file: its
-# generation loop and batched decode (reached through ``SubgraphProgram.device_program``), the float view's test
-# helper; and the fast path's timing memo (item 2: ``compile.choices`` asks OpenVINO by name).  Every partition and
+# What still reaches the XLA package directly, file by file: the float view's test helper; and the fast path's timing memo (item 2: ``compile.choices`` asks OpenVINO by name).  Every partition and
 # whole-model program runs through ``engine.compile`` / ``compile_subgraph`` (issue 36, item 3), so no file imports
 # the engines' own modules (``XLA_ENGINE_MODULES``, ``reference``).  The list may only shrink: a new import of an
 # engine module, or a new file with one, fails.
@@ -190,8 +188,6 @@ NOT_YET_THROUGH_THE_REGISTRY = {
     "compile/choices.py": {"openvino"},
     "compile/circle_lowering.py": {"litert"},  # the official interpreter's largest model (issue 38, merged from main)
     "compile/float_view.py": {"xla"},
-    "runtime/generate.py": {"xla"},
-    "runtime/continuous.py": {"xla"},
 }
 # The XLA engine's modules that hold its state and programs: only the engine reaches them (``compile/float_view.py``'s
 # test helper builds a program of its own, for now).

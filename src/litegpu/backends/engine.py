@@ -24,7 +24,9 @@ engine that also runs a whole subgraph as one program (its variables, its contro
 with ``compile_subgraph``, and keeps what its programs share (XLA: the model's weights on each device, donation,
 the generation loop's programs; the reference: the model's numpy runner).  What only some engines can do is asked
 through optional capabilities that answer None where an engine lacks them (``Engine.weights``,
-``Engine.placed``, ``SubgraphProgram.device_program``), never by the engine's class.  Timing engines against each
+``Engine.profile_ops``, ``SubgraphProgram.device_program``, ``decode_loop`` and ``batched_decode``:
+``decoding.py``), never by the
+engine's class or name.  Timing engines against each
 other is ``timing.py``'s.
 """
 
@@ -35,11 +37,14 @@ import dataclasses
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..ir import Model, Operator, Subgraph
 from ..ops import Target
 from .graph import OpRange
+
+if TYPE_CHECKING:
+    from .decoding import DecodeSignature, Sampling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,10 +105,30 @@ class SubgraphProgram(abc.ABC):
     def reset_variables(self) -> None:
         """Resource variables back to their initial values."""
 
+    # ---- optional capabilities of a program that runs the whole subgraph on one device (``decoding``) --------
     def device_program(self) -> Any:
         """This program where one device program runs all of the subgraph over weights on one device, with no
-        resource variables: what a generation loop runs step after step on the device
-        (``backends.xla.generate.DecodeLoop``); None elsewhere (another engine, a plan in parts)."""
+        resource variables (what ``decode_loop`` and ``batched_decode`` need); None elsewhere (another engine, a
+        plan in parts)."""
+        return None
+
+    def decode_loop(self, signature: "DecodeSignature", chunk: int, sampling: "Sampling",
+                    stop_tokens: tuple[int, ...], seed: int | None) -> Any:
+        """Where this program is the decode signature run whole on a device: a loop making ``chunk`` tokens per
+        launch there, each picked and fed back on the device (``litegpu.generate``).  It offers ``chunk``,
+        ``stop_tokens``, ``device`` (where its caches live), ``carried(caches)`` (the per-layer caches as it
+        carries them), ``run(carried, token, position, step, valid, stopped)`` (a chunk dispatched: tokens, the
+        carried caches, the last token, whether a stop came; tokens past a stop are ``decoding.MASKED``) and
+        ``per_layer(carried)``.  None: no such loop (a host engine, a plan in parts, resource variables)."""
+        return None
+
+    def batched_decode(self, signature: "DecodeSignature", steps_per_launch: int) -> Any:
+        """Where this program is the decode signature run whole on a device: decode steps of many sequences in one
+        program (``ContinuousBatcher``), ``steps_per_launch`` per launch, with slot counts of
+        ``decoding.slot_buckets``.  It offers ``steps``, ``device``, ``empty(slots)``, ``stacked(caches)``,
+        ``insert(state, slot, stacked, token)``, ``resize(state, sources)``, ``program(slots, sampled)`` and
+        ``step(state, fed, floats, sampled)`` (``fed`` / ``floats``: [rows, slots] of ``decoding``'s rows).
+        None: no such program."""
         return None
 
 
