@@ -185,7 +185,6 @@ ENGINE_MODULES = {"litert", "openvino", "iree", "xla", "reference"}
 # the engines' own modules (``XLA_ENGINE_MODULES``, ``reference``).  The list may only shrink: a new import of an
 # engine module, or a new file with one, fails.
 NOT_YET_THROUGH_THE_REGISTRY = {
-    "compile/choices.py": {"openvino"},
     "compile/circle_lowering.py": {"litert"},  # the official interpreter's largest model (issue 38, merged from main)
     "compile/float_view.py": {"xla"},
 }
@@ -196,7 +195,7 @@ XLA_ENGINE_MODULES_NOT_YET = {"compile/float_view.py": {"backend"}}
 # Engine names as string literals: the registry's names of the engines ("reference" is also a word of the reports:
 # reference outputs, the reference kernels).
 INTERFACE_ENGINES = {"litert", "openvino", "iree", "xla"}
-NAMED_BY_STRING_NOT_YET = {"compile/choices.py"}
+NAMED_BY_STRING_NOT_YET = set()
 
 
 def _engine_imports(tree: ast.AST) -> set[str]:

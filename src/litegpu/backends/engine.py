@@ -275,6 +275,12 @@ class Engine(abc.ABC):
         verdicts on the engine; (None, {}) where it holds none."""
         return None, {}
 
+    def policy_refusals(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        """Op index -> why the engine's own policy keeps it off, known without loading the engine or converting
+        the model (OpenVINO: state, integer arithmetic...); the ops not named may still be refused when asked
+        ``unsupported``.  {}: no policy of its own."""
+        return {}
+
     def compile_error(self, model: Model, op_range: OpRange) -> str | None:
         """Why ``op_range`` would fail to compile, found while planning (the planner then gives it to another
         engine), or None: it compiles, or the engine finds out only at run time."""
