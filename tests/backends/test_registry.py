@@ -185,7 +185,6 @@ ENGINE_MODULES = {"litert", "openvino", "iree", "xla", "reference"}
 # the engines' own modules (``XLA_ENGINE_MODULES``, ``reference``).  The list may only shrink: a new import of an
 # engine module, or a new file with one, fails.
 NOT_YET_THROUGH_THE_REGISTRY = {
-    "compile/circle_lowering.py": {"litert"},  # the official interpreter's largest model (issue 38, merged from main)
     "compile/float_view.py": {"xla"},
 }
 # The XLA engine's modules that hold its state and programs: only the engine reaches them (``compile/float_view.py``'s

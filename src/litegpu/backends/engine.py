@@ -211,6 +211,11 @@ class Engine(abc.ABC):
         return []
 
     @classmethod
+    def max_model_bytes(cls) -> int | None:
+        """The largest model, in weight bytes, it runs (past that it refuses the model); None: no bound of its own."""
+        return None
+
+    @classmethod
     def gpu_plan_line(cls, devices: Sequence[dict[str, Any]]) -> str | None:
         """Where ``doctor`` says GPU plans run, when this engine runs them here (``devices``: every device row)."""
         return None
