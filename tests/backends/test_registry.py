@@ -185,12 +185,11 @@ ENGINE_MODULES = {"litert", "openvino", "iree", "xla", "reference"}
 # the engines' own modules (``XLA_ENGINE_MODULES``, ``reference``).  The list may only shrink: a new import of an
 # engine module, or a new file with one, fails.
 NOT_YET_THROUGH_THE_REGISTRY = {
-    "compile/float_view.py": {"xla"},
 }
 # The XLA engine's modules that hold its state and programs: only the engine reaches them (``compile/float_view.py``'s
 # test helper builds a program of its own, for now).
 XLA_ENGINE_MODULES = {"engine", "backend", "state"}
-XLA_ENGINE_MODULES_NOT_YET = {"compile/float_view.py": {"backend"}}
+XLA_ENGINE_MODULES_NOT_YET = {}
 # Engine names as string literals: the registry's names of the engines ("reference" is also a word of the reports:
 # reference outputs, the reference kernels).
 INTERFACE_ENGINES = {"litert", "openvino", "iree", "xla"}
