@@ -154,6 +154,9 @@ class EngineInfo:
     # ``Options.devices`` may name several devices: XLA splits the weights over them; the numpy reference runs on
     # the host whatever they name.  Others run on one device, and a plan of theirs refuses several.
     many_devices: bool = False
+    # it holds the model's weights for every device in one state each, stored in the model's precision (XLA): its
+    # CPU partitions are made with the GPU's settings (the precision asked for), not the CPU engines' fp32
+    one_weight_precision: bool = False
     # its partitions run litegpu's own op kernels (``ops/``: XLA's traced, the reference's numpy), which a profile
     # can time op by op; others run a partition as one program of their own
     own_kernels: bool = False
