@@ -24,10 +24,9 @@ engine that also runs a whole subgraph as one program (its variables, its contro
 with ``compile_subgraph``, and keeps what its programs share (XLA: the model's weights on each device, donation,
 the generation loop's programs; the reference: the model's numpy runner).  What only some engines can do is asked
 through optional capabilities that answer None where an engine lacks them (``Engine.weights``,
-``Engine.profile_ops``, ``SubgraphProgram.device_program``, ``decode_loop`` and ``batched_decode``:
-``decoding.py``), never by the
-engine's class or name.  Timing engines against each
-other is ``timing.py``'s.
+``Engine.placed``, ``Engine.profile_ops``, ``SubgraphProgram.device_program``, ``decode_loop`` and
+``batched_decode``: ``decoding.py``), never by the engine's class or name.  Timing engines against each other is
+``timing.py``'s.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from ...ir import Model, Subgraph, Tensor, called_subgraphs, numpy_dtype
 from ...ops import Target
 from ...ops._fixedpoint import exact_divisions
 from ..graph import STATEFUL_OPS, OpRange, split_ops
-from ..decoding import DecodeSignature, Sampling
 from ..engine import SubgraphProgram
 from ..memory import check_fits, is_out_of_memory, needed_bytes, out_of_memory
 from ..device_arrays import _jaxlib_version, device_for, is_device_array, jax_module
@@ -563,29 +562,6 @@ class XlaBackend(SubgraphProgram):
         if self.op_range is not None or self.variables or self.state.mesh is not None:
             return None
         return self
-
-    def decode_loop(self, signature: DecodeSignature, chunk: int, sampling: Sampling, stop_tokens: tuple[int, ...],
-                    seed: int | None) -> Any:
-        """``generate.DecodeLoop`` over this program, where it is a device program (``device_program``)."""
-        if self.device_program() is None:
-            return None
-        from .generate import DecodeLoop
-
-        return DecodeLoop(self, self._step_layout(signature), chunk, sampling, stop_tokens, seed)
-
-    def batched_decode(self, signature: DecodeSignature, steps_per_launch: int) -> Any:
-        """``batched_decode.BatchedDecode`` over this program, where it is a device program (``device_program``)."""
-        if self.device_program() is None:
-            return None
-        from .batched_decode import BatchedDecode
-
-        return BatchedDecode(self, self._step_layout(signature), steps_per_launch)
-
-    def _step_layout(self, signature: DecodeSignature) -> Any:
-        from .generate import StepLayout
-
-        s = signature
-        return StepLayout.of(self.model, s.key, s.tokens, s.position, s.logits, s.mask, list(s.caches), s.max_len)
 
 
 def export_program(backend: XlaBackend, params: dict, variables: dict, inputs: Sequence[Any]) -> Any:
