@@ -173,7 +173,6 @@ class OpenVinoEngine(Engine):
 
     # ---- support ----------------------------------------------------------------------------
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        sg = model.subgraphs[subgraph]
         if _constant_bytes(model) > MAX_OPENVINO_WEIGHT_BYTES:
             reason = (f"the model's weights pass {MAX_OPENVINO_WEIGHT_BYTES >> 30} GiB: XLA maps them in place, "
                       "OpenVINO would copy them")
