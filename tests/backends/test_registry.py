@@ -177,35 +177,16 @@ def test_every_table_of_engines_comes_from_the_registry():
 
 # ---- no engine named outside its module and the registry ---------------------------------------------------------
 
-# The engines' modules and packages in backends/: what runtime/, compile/ and cli/ import none of (they ask the
-# registry).
+# The engines' modules and packages in backends/: what runtime/, compile/ and cli/ import none of.  They reach
+# engines through the registry and the interface of ``backends.engine`` (optional capabilities included:
+# ``Engine.weights``, ``profile_ops``, ``policy_refusals``, ``SubgraphProgram.decode_loop``, ``batched_decode``), and
+# what several engines speak through engine-neutral modules (``backends.device_arrays``, ``backends.decoding``).
 ENGINE_MODULES = {"litert", "openvino", "iree", "xla", "reference"}
-# What still reaches the XLA package directly, file by file: its device helpers (JAX's devices and arrays), its
-# generation loop and batched decode (reached through ``SubgraphProgram.device_program``), the float view's test
-# helper; and the fast path's timing memo (item 2: ``compile.choices`` asks OpenVINO by name).  Every partition and
-# whole-model program runs through ``engine.compile`` / ``compile_subgraph`` (issue 36, item 3), so no file imports
-# the engines' own modules (``XLA_ENGINE_MODULES``, ``reference``).  The list may only shrink: a new import of an
-# engine module, or a new file with one, fails.
-NOT_YET_THROUGH_THE_REGISTRY = {
-    "compile/choices.py": {"openvino"},
-    "compile/circle_lowering.py": {"litert"},  # the official interpreter's largest model (issue 38, merged from main)
-    "compile/float_view.py": {"xla"},
-    "runtime/compiled_model.py": {"xla"},
-    "runtime/batched.py": {"xla"},
-    "runtime/generate.py": {"xla"},
-    "runtime/continuous.py": {"xla"},
-    "runtime/environment.py": {"xla"},
-    "runtime/tensor_buffer.py": {"xla"},
-    "cli/bench_cmd.py": {"xla"},
-}
-# The XLA engine's modules that hold its state and programs: only the engine reaches them (``compile/float_view.py``'s
-# test helper builds a program of its own, for now).
+# The XLA engine's modules that hold its state and programs: only the engine reaches them.
 XLA_ENGINE_MODULES = {"engine", "backend", "state"}
-XLA_ENGINE_MODULES_NOT_YET = {"compile/float_view.py": {"backend"}}
 # Engine names as string literals: the registry's names of the engines ("reference" is also a word of the reports:
 # reference outputs, the reference kernels).
 INTERFACE_ENGINES = {"litert", "openvino", "iree", "xla"}
-NAMED_BY_STRING_NOT_YET = {"compile/choices.py"}
 
 
 def _engine_imports(tree: ast.AST) -> set[str]:
@@ -220,6 +201,11 @@ def _engine_imports(tree: ast.AST) -> set[str]:
                 found.add(below[0])
             if not below:
                 found |= {a.name for a in node.names if a.name in ENGINE_MODULES}
+        elif isinstance(node, ast.Import):  # import litegpu.backends.xla.generate
+            for alias in node.names:
+                parts = alias.name.split(".")
+                below = parts[parts.index("backends") + 1:] if "backends" in parts else []
+                found |= set(below[:1]) & ENGINE_MODULES
     return found
 
 
@@ -237,13 +223,8 @@ def _imports_by_file(imports_of) -> dict[str, set[str]]:
     return found
 
 
-def test_runtime_compile_and_cli_import_no_engine_module_beyond_the_known_ones():
-    found = _imports_by_file(_engine_imports)
-    unexpected = {f: m - NOT_YET_THROUGH_THE_REGISTRY.get(f, set()) for f, m in found.items()}
-    assert {f: m for f, m in unexpected.items() if m} == {}
-    # the allowance shrinks with the code: an entry no longer needed must go
-    assert {f: m - found.get(f, set()) for f, m in NOT_YET_THROUGH_THE_REGISTRY.items()
-            if m - found.get(f, set())} == {}
+def test_runtime_compile_and_cli_import_no_engine_module():
+    assert _imports_by_file(_engine_imports) == {}
 
 
 def _xla_engine_module_imports(tree: ast.AST) -> set[str]:
@@ -260,7 +241,7 @@ def _xla_engine_module_imports(tree: ast.AST) -> set[str]:
 
 
 def test_runtime_compile_and_cli_reach_xla_and_the_reference_only_through_the_engine():
-    assert _imports_by_file(_xla_engine_module_imports) == XLA_ENGINE_MODULES_NOT_YET
+    assert _imports_by_file(_xla_engine_module_imports) == {}
     tree = ast.parse("from ..backends.xla.state import S\nfrom ..backends.xla import engine\n"
                      "from ..backends.xla.device import jax_module")
     assert _xla_engine_module_imports(tree) == {"state", "engine"}
@@ -274,7 +255,7 @@ def test_runtime_compile_and_cli_name_no_interface_engine():
         members = {n.attr for n in ast.walk(tree)
                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "Target"
                    and n.attr.lower() in INTERFACE_ENGINES}
-        if strings | members and path.relative_to(SRC).as_posix() not in NAMED_BY_STRING_NOT_YET:
+        if strings | members:
             named[path.relative_to(SRC).as_posix()] = strings | members
     assert named == {}
 
@@ -282,6 +263,7 @@ def test_runtime_compile_and_cli_name_no_interface_engine():
 def test_the_checks_see_an_engine_import_and_an_engine_name():
     """The two checks above would pass on a broken walk: these must be found."""
     tree = ast.parse("from ..backends.openvino import X\nfrom ..backends import iree\nfrom ..backends.xla.backend "
-                     "import Y\nfrom ..backends import registry\nx = 'litert'\ny = Target.IREE")
-    assert _engine_imports(tree) == {"openvino", "iree", "xla"}
+                     "import Y\nfrom ..backends import registry\nimport litegpu.backends.litert\nx = 'litert'\n"
+                     "y = Target.IREE")
+    assert _engine_imports(tree) == {"openvino", "iree", "xla", "litert"}
     assert {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)} == {"litert"}

@@ -24,8 +24,9 @@ engine that also runs a whole subgraph as one program (its variables, its contro
 with ``compile_subgraph``, and keeps what its programs share (XLA: the model's weights on each device, donation,
 the generation loop's programs; the reference: the model's numpy runner).  What only some engines can do is asked
 through optional capabilities that answer None where an engine lacks them (``Engine.weights``,
-``Engine.placed``, ``SubgraphProgram.device_program``), never by the engine's class.  Timing engines against each
-other is ``timing.py``'s.
+``Engine.placed``, ``Engine.profile_ops``, ``SubgraphProgram.device_program``, ``decode_loop`` and
+``batched_decode``: ``decoding.py``), never by the engine's class or name.  Timing engines against each other is
+``timing.py``'s.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from .op_range import OpRange
 
 if TYPE_CHECKING:  # annotations only: a warm start does not load the IR's classes
     from ..ir import Model, Operator, Subgraph
+
+if TYPE_CHECKING:
+    from .decoding import DecodeSignature, Sampling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +106,30 @@ class SubgraphProgram(abc.ABC):
     def reset_variables(self) -> None:
         """Resource variables back to their initial values."""
 
+    # ---- optional capabilities of a program that runs the whole subgraph on one device (``decoding``) --------
     def device_program(self) -> Any:
         """This program where one device program runs all of the subgraph over weights on one device, with no
-        resource variables: what a generation loop runs step after step on the device
-        (``backends.xla.generate.DecodeLoop``); None elsewhere (another engine, a plan in parts)."""
+        resource variables (what ``decode_loop`` and ``batched_decode`` need); None elsewhere (another engine, a
+        plan in parts)."""
+        return None
+
+    def decode_loop(self, signature: "DecodeSignature", chunk: int, sampling: "Sampling",
+                    stop_tokens: tuple[int, ...], seed: int | None) -> Any:
+        """Where this program is the decode signature run whole on a device: a loop making ``chunk`` tokens per
+        launch there, each picked and fed back on the device (``litegpu.generate``).  It offers ``chunk``,
+        ``stop_tokens``, ``device`` (where its caches live), ``carried(caches)`` (the per-layer caches as it
+        carries them), ``run(carried, token, position, step, valid, stopped)`` (a chunk dispatched: tokens, the
+        carried caches, the last token, whether a stop came; tokens past a stop are ``decoding.MASKED``) and
+        ``per_layer(carried)``.  None: no such loop (a host engine, a plan in parts, resource variables)."""
+        return None
+
+    def batched_decode(self, signature: "DecodeSignature", steps_per_launch: int) -> Any:
+        """Where this program is the decode signature run whole on a device: decode steps of many sequences in one
+        program (``ContinuousBatcher``), ``steps_per_launch`` per launch, with slot counts of
+        ``decoding.slot_buckets``.  It offers ``steps``, ``device``, ``empty(slots)``, ``stacked(caches)``,
+        ``insert(state, slot, stacked, token)``, ``resize(state, sources)``, ``program(slots, sampled)`` and
+        ``step(state, fed, floats, sampled)`` (``fed`` / ``floats``: [rows, slots] of ``decoding``'s rows).
+        None: no such program."""
         return None
 
 
@@ -131,6 +155,9 @@ class EngineInfo:
     # ``Options.devices`` may name several devices: XLA splits the weights over them; the numpy reference runs on
     # the host whatever they name.  Others run on one device, and a plan of theirs refuses several.
     many_devices: bool = False
+    # it holds the model's weights for every device in one state each, stored in the model's precision (XLA): its
+    # CPU partitions are made with the GPU's settings (the precision asked for), not the CPU engines' fp32
+    one_weight_precision: bool = False
     # its partitions run litegpu's own op kernels (``ops/``: XLA's traced, the reference's numpy), which a profile
     # can time op by op; others run a partition as one program of their own
     own_kernels: bool = False
@@ -186,6 +213,11 @@ class Engine(abc.ABC):
         """``litegpu doctor``'s rows for the devices this engine has of its own (``earlier``: the rows of the
         engines before it): each a dict of "device", "detail", "engines" and optionally "install".  None here."""
         return []
+
+    @classmethod
+    def max_model_bytes(cls) -> int | None:
+        """The largest model, in weight bytes, it runs (past that it refuses the model); None: no bound of its own."""
+        return None
 
     @classmethod
     def gpu_plan_line(cls, devices: Sequence[dict[str, Any]]) -> str | None:
@@ -252,6 +284,12 @@ class Engine(abc.ABC):
         verdicts on the engine; (None, {}) where it holds none."""
         return None, {}
 
+    def policy_refusals(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        """Op index -> why the engine's own policy keeps it off, known without loading the engine or converting
+        the model (OpenVINO: state, integer arithmetic...); the ops not named may still be refused when asked
+        ``unsupported``.  {}: no policy of its own."""
+        return {}
+
     def compile_error(self, model: Model, op_range: OpRange) -> str | None:
         """Why ``op_range`` would fail to compile, found while planning (the planner then gives it to another
         engine), or None: it compiles, or the engine finds out only at run time."""
@@ -274,6 +312,14 @@ class Engine(abc.ABC):
 
     def reset_variables(self) -> None:
         """Resource variables of the models it runs back to their initial values (``reset_all_variables``)."""
+
+    def profile_ops(self, model: Model, subgraph: int, inputs: Sequence[Any], repeats: int,
+                    on_op: Any) -> "tuple[list[dict[str, Any]], float] | None":
+        """``litegpu bench --profile``: each op of ``subgraph`` timed alone on the engine's device for ``inputs``
+        (host arrays, the subgraph's order), ``on_op()`` called after each: (a record per op -- "index", "op",
+        "kind" ("timed", "folded", "stateful"), "ms", "output_shapes" --, one dispatch's overhead in ms); None
+        where the engine cannot time its ops one by one (it runs a partition as one program of its own)."""
+        return None
 
     def placement_report(self) -> Any:
         """How the weights it keeps on an accelerator sit there (``backends.sharding.PlacementReport``); None

@@ -157,6 +157,10 @@ class LiteRtEngine(Engine):
         reason = self.model_refusal(model) if whole else self.settings_refusal(model)
         return {i: reason for i in op_indices} if reason is not None else {}
 
+    @classmethod
+    def max_model_bytes(cls) -> int | None:
+        return MAX_LITERT_MODEL_BYTES
+
     def model_refusal(self, model: Model) -> str | None:
         """Why the official interpreter cannot run ``model`` as a whole (None: it can)."""
         if id(model) not in self._refusals:

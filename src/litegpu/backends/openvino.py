@@ -174,19 +174,20 @@ class OpenVinoEngine(Engine):
 
     # ---- support ----------------------------------------------------------------------------
     def unsupported(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
-        sg = model.subgraphs[subgraph]
-        refused = {}
         if _constant_bytes(model) > MAX_OPENVINO_WEIGHT_BYTES:
             reason = (f"the model's weights pass {MAX_OPENVINO_WEIGHT_BYTES >> 30} GiB: XLA maps them in place, "
                       "OpenVINO would copy them")
             return {i: reason for i in op_indices}
-        for i in op_indices:
-            reason = policy_reason(model, sg, sg.operators[i], self.settings.approximate_integers)
-            if reason is not None:
-                refused[i] = reason
+        refused = self.policy_refusals(model, subgraph, op_indices)
         candidates = [i for i in op_indices if i not in refused]
         refused.update(self._cached_conversion_refusals(model, subgraph, candidates))
         return refused
+
+    def policy_refusals(self, model: Model, subgraph: int, op_indices: Sequence[int]) -> dict[int, str]:
+        """The ops ``policy_reason`` keeps off OpenVINO under the engine's settings (no OpenVINO loaded)."""
+        sg = model.subgraphs[subgraph]
+        found = {i: policy_reason(model, sg, sg.operators[i], self.settings.approximate_integers) for i in op_indices}
+        return {i: reason for i, reason in found.items() if reason is not None}
 
     def _cached_conversion_refusals(self, model: Model, subgraph: int, candidates: list[int]) -> dict[int, str]:
         if self.cache is None or not candidates:

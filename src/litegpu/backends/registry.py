@@ -48,7 +48,8 @@ register(EngineInfo(
     "xla", "XLA", "GPU (CUDA, ROCm) and CPU: every op, exact TFLite integer kernels, state, control flow",
     'pip install jax  (GPU: pip install "litegpu[cuda12]" or "litegpu[cuda13]" for NVIDIA, jax[rocm] for AMD)',
     ".xla.engine:XlaEngine", (Target.XLA_CPU, Target.XLA_GPU), devices=("CPU", "GPU"), many_devices=True,
-    own_kernels=True, overlay=(("GPU", "XLA GPU", "#76b900"), ("CPU", "XLA CPU", "#8e24aa"))))
+    one_weight_precision=True, own_kernels=True,
+    overlay=(("GPU", "XLA GPU", "#76b900"), ("CPU", "XLA CPU", "#8e24aa"))))
 register(EngineInfo(
     "iree", "IREE",
     "GPU without CUDA or ROCm: Vulkan (Intel, AMD, NVIDIA, Arm GPUs) and Metal (Apple GPUs), the ops XLA's GPU runs",

@@ -259,7 +259,7 @@ def delegation(model: Any) -> dict[str, Any]:
 
 def _warm_up_runtime() -> None:
     """Imports and op registration happen before the clock starts: they are the process's, not the model's."""
-    from ..backends.xla.device import jax_module
+    from ..backends.device_arrays import jax_module
     from ..format import load_schema
     from ..ops import _catalog  # noqa: F401  (imports every op module)
 
@@ -367,96 +367,10 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
 
 
 # ---- per-op profile ---------------------------------------------------------------------------
-def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
-
-
-def _make_profiler_class() -> type:
-    """Built on first use: the XLA backend's runner imports nothing heavy, but keep ``inspect`` lean."""
-    from ..backends.graph import STATEFUL_OPS
-    from ..backends.xla.tracer import _PolicyRunner
-
-    class OpProfiler(_PolicyRunner):
-        """Times each op of a subgraph as its own ``jax.jit`` program, on the model's device.
-
-        What this measures: one op's kernel with its real input values and
-        shapes, dispatched alone, its outputs waited for (not copied to the
-        host).  What it does not: the whole program fuses neighbouring ops
-        (elementwise work after a convolution is often free there), and every
-        op timed alone pays one dispatch, so the per-op sum is an upper bound
-        of sorts, not a decomposition of the model's latency.  Ops whose
-        inputs are all constants are folded while tracing and cost nothing at
-        run time; stateful ops (variables) run eagerly and are not timed.
-        """
-
-        def __init__(self, *args: Any, main_subgraph: int, repeats: int, jax: Any, on_op: Callable[[], None],
-                     official_float_order: bool = False, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.main_subgraph, self.repeats, self.jax, self.on_op = main_subgraph, repeats, jax, on_op
-            # the ops read it (OpContext.official_float_order): BUILTIN mode's kernels are other kernels
-            self.official_float_order = official_float_order
-            self.records: list[dict[str, Any]] = []
-            self._inside_op = False
-
-        def _run_op(self, sg: Any, op_index: int, values: dict) -> None:
-            if self._inside_op or sg.index != self.main_subgraph:  # bodies of control flow / CALL_ONCE
-                return super()._run_op(sg, op_index, values)
-            op = sg.operators[op_index]
-            self._checked_impl(sg, op_index)
-            inputs = [t for t in dict.fromkeys(op.inputs) if t >= 0]
-            args = {t: self._value(sg, values, t) for t in inputs}
-            dynamic = [t for t, a in args.items() if not isinstance(a, np.ndarray)]
-            kind = ("folded" if not dynamic else "stateful" if op.opcode_name in STATEFUL_OPS else "timed")
-            record = {"index": op.index, "op": op.opcode_name, "kind": kind, "ms": 0.0,
-                      "output_shapes": [list(sg.tensors[t].shape) for t in op.outputs if t >= 0]}
-            if kind != "timed":
-                super()._run_op(sg, op_index, values)
-            else:
-                program = self.jax.jit(self._one_op(sg, op_index, values, dynamic))
-                dyn_values = [args[t] for t in dynamic]
-                produced = self.jax.block_until_ready(program(*dyn_values))  # compile, and the values
-                record["ms"] = 1e3 * _median_seconds(
-                    lambda: self.jax.block_until_ready(program(*dyn_values)), self.repeats)
-                for t, v in zip([t for t in op.outputs if t >= 0], produced):
-                    if v is not None:
-                        values[t] = v
-            self.records.append(record)
-            self.on_op()
-
-        def _one_op(self, sg: Any, op_index: int, values: dict, dynamic: list[int]) -> Callable:
-            def kernel(*dyn: Any) -> list[Any]:
-                local = dict(values)
-                local.update(zip(dynamic, dyn))
-                self._inside_op = True  # a control-flow op's bodies run inside this trace, untimed
-                try:
-                    _PolicyRunner._run_op(self, sg, op_index, local)
-                finally:
-                    self._inside_op = False
-                op = sg.operators[op_index]
-                return [local.get(t) for t in op.outputs if t >= 0]
-
-            return kernel
-
-    return OpProfiler
-
-
 def _signature_info(session: _Session) -> Any:
     from ..runtime.model import signatures_of
 
     return next(s for s in signatures_of(session.model.model) if s.index == session.index)
-
-
-def _dispatch_overhead_ms(jax: Any, device: Any, repeats: int = 50) -> float:
-    """What one jitted call on a tiny array costs here: the floor under every per-op time."""
-    x = jax.device_put(np.zeros((1,), np.float32), device)
-    f = jax.jit(lambda v: v + 1)
-    jax.block_until_ready(f(x))
-    return 1e3 * _median_seconds(lambda: jax.block_until_ready(f(x)), repeats)
 
 
 def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_model_ms: float | None
@@ -469,45 +383,22 @@ def profile_ops(session: _Session, *, repeats: int, progress: _Progress, whole_m
         return _profile_reference(session, repeats, progress)
     from ..backends import registry
     from ..backends.engine import EngineSettings
-    from ..backends.xla.device import jax_module
     from ..ops import Target
 
-    jax = jax_module()
     ir = model.model
     sig = _signature_info(session)
     sg = ir.subgraphs[sig.subgraph]
     platform_name = model.accelerator.lower()
-    device = model.environment.device(platform_name)
-    precision = model.options.precision
-    compute = {"fp32": np.float32, "fp16": np.float16, "fp16_fp32_accum": np.float32}[precision]
-    # the model's weights on the device, as the exact kernels' engine holds them (a copy of the profile's own)
-    state = registry.engine(registry.name_of(Target.XLA_CPU), EngineSettings(precision=precision),
-                            device=model.environment.device).weights(ir, platform_name)
-    storage = state.storage
-
-    def constant(sg_index: int, t: Any) -> Any:
-        value = state.params.get(f"{sg_index}:{t.index}")
-        if value is not None:
-            return value
-        return t.data.astype(storage) if t.dtype == "float32" and storage != np.float32 else t.data
-
+    builtin = platform_name == "cpu" and model.options.cpu_options.kernels == "builtin"
+    # the exact kernels' engine on the model's device, with a copy of the weights of the profile's own
+    engine = registry.engine(registry.name_of(Target.XLA_CPU), EngineSettings(precision=model.options.precision),
+                             device=model.environment.device, official_float_order=builtin).placed(
+        platform_name, Target.XLA_GPU if platform_name == "gpu" else Target.XLA_CPU)
     by_tensor = {t: a for (_, t), a in zip(sig.inputs, session.arrays.values())}
-    inputs = []
-    for t in sg.inputs:
-        x = by_tensor[t]
-        if sg.tensors[t].dtype == "float32" and storage != np.float32:
-            x = x.astype(storage)
-        inputs.append(jax.device_put(x, device))
-    target = Target.XLA_GPU if platform_name == "gpu" else Target.XLA_CPU
     num_ops = len(sg.operators)
     with progress.phase(f"profiling {num_ops} ops", num_ops) as step:
-        builtin = platform_name == "cpu" and model.options.cpu_options.kernels == "builtin"
-        profiler = _make_profiler_class()(ir, target, constant=constant, storage=np.dtype(storage),
-                                          compute=np.dtype(compute), main_subgraph=sg.index, repeats=repeats, jax=jax,
-                                          on_op=step, official_float_order=builtin)
-        profiler.run_subgraph(sg.index, inputs)
-    summary = _profile_summary(profiler.records, "xla-per-op", repeats, whole_model_ms,
-                               _dispatch_overhead_ms(jax, device))
+        records, dispatch_ms = engine.profile_ops(ir, sg.index, [by_tensor[t] for t in sg.inputs], repeats, step)
+    summary = _profile_summary(records, "xla-per-op", repeats, whole_model_ms, dispatch_ms)
     summary["kernels"] = "builtin kernels' order" if builtin else "fast"
     summary["subgraph"] = sg.index
     return summary

@@ -59,9 +59,9 @@ def known_whole_choice(model: Model, litert: Any, openvino: Any) -> tuple[str, s
     if remembered is not None:
         return remembered, REMEMBERED
     if obvious_by_size(model):
-        return "litert", f"a small model (at most {OBVIOUS_MAX_MACS / 1e6:.0f} M multiply-accumulates a run)"
+        return litert.name, f"a small model (at most {OBVIOUS_MAX_MACS / 1e6:.0f} M multiply-accumulates a run)"
     if openvino_work(model, openvino) == 0:
-        return "litert", "the ops OpenVINO may run do no multiply-accumulates (integer arithmetic is kept off it)"
+        return litert.name, "the ops OpenVINO may run do no multiply-accumulates (integer arithmetic is kept off it)"
     by_structure = TimingMemo(litert, openvino).cached(model, structure_scope(model), any_model=True)
     if by_structure is not None:
         return by_structure, SAME_OPS
@@ -78,16 +78,14 @@ def remember_timed(model: Model, litert: Any, openvino: Any, winner: str) -> Non
 
 
 def openvino_work(model: Model, openvino: Any) -> int:
-    """Multiply-accumulates of the ops OpenVINO's policy lets it run (``backends.openvino.policy_reason``: asked
-    without loading OpenVINO or converting the model); its converter may refuse some of these too."""
-    from ..backends.openvino import policy_reason
-
-    approximate = getattr(getattr(openvino, "settings", None), "approximate_integers", False)
+    """Multiply-accumulates of the ops OpenVINO's policy lets it run (``Engine.policy_refusals``: asked without
+    loading OpenVINO or converting the model); its converter may refuse some of these too."""
     total = 0
     for index in entry_subgraphs(model):
         sg = model.subgraphs[index]
-        allowed = [op.index for op in sg.operators if policy_reason(model, sg, op, approximate) is None]
-        total += ops_macs(sg, allowed)
+        indices = [op.index for op in sg.operators]
+        refused = openvino.policy_refusals(model, index, indices)
+        total += ops_macs(sg, [i for i in indices if i not in refused])
     return total
 
 

@@ -97,14 +97,21 @@ def lowerable(model: Model) -> list[str]:
 def _candidates(model: Model) -> list[list[bool]]:
     """Per subgraph, per op: whether ``lower_circle_ops`` tries to lower it.  TFLite cannot hold it: a circle-only
     op, or a TFLite op on a circle-only weight type (ggml), the latter only in a model whose rewritten weights (up
-    to twice ggml's bytes) the official interpreter would take (``backends.litert``): past that the rewrite
-    would cost time and memory for nothing."""
-    from ..backends.litert import MAX_LITERT_MODEL_BYTES
-
+    to twice ggml's bytes) the engine that runs TFLite files whole would take (the official interpreter's
+    ``Engine.max_model_bytes``): past that the rewrite would cost time and memory for nothing."""
     circle = circle_only_ops()
-    weights_too = 2 * constant_bytes(model) <= MAX_LITERT_MODEL_BYTES
+    weights_too = 2 * constant_bytes(model) <= _whole_file_engines_max_bytes()
     return [[op.opcode_name in circle or (weights_too and op_format_refusal(sg, op) is not None)
              for op in sg.operators] for sg in model.subgraphs]
+
+
+def _whole_file_engines_max_bytes() -> float:
+    """The largest model that an engine taking whole models on the fast CPU path runs (no bound: infinity)."""
+    from ..backends import registry
+
+    bounds = [registry.engine_class(name).max_model_bytes() for name, info in registry.ENGINES.items()
+              if info.fast_cpu == "whole"]
+    return max((float("inf") if b is None else b for b in bounds), default=0)
 
 
 def _circle_types(sg: Subgraph, op: Operator) -> str:

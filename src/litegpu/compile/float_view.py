@@ -106,11 +106,17 @@ def model_for_platform(model: Model, platform: str, quantized_execution: str = "
     return model
 
 
-def float_view_backend(model: Model, subgraph_index: int = 0, platform: str = "cpu", **kwargs: Any) -> Any:
-    """An XLA backend over the float view: the GPU's arithmetic, runnable on the CPU (tests, comparisons)."""
-    from ..backends.xla.backend import XlaBackend
+def float_view_backend(model: Model, subgraph_index: int = 0, platform: str = "cpu", precision: str = "fp32") -> Any:
+    """The exact kernels' engine running a subgraph of the float view whole (``Engine.compile_subgraph``): the GPU's
+    arithmetic, runnable on the CPU (tests, comparisons)."""
+    from ..backends import registry
+    from ..backends.engine import EngineSettings
+    from ..ops import Target
 
-    return XlaBackend(float_view(model), subgraph_index, platform, **kwargs)
+    settings = EngineSettings(precision=precision)
+    engine = registry.engine(registry.name_of(Target.XLA_CPU), settings).placed(
+        platform, Target.XLA_GPU if platform == "gpu" else Target.XLA_CPU)
+    return engine.compile_subgraph(float_view(model), subgraph_index, settings)
 
 
 def dequantize_constant(t: Tensor, scale: Iterable[float] | None = None) -> np.ndarray:

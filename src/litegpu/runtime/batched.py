@@ -80,7 +80,7 @@ def resolve_devices(devices: Any, platform: str) -> list[Any] | None:
     """The JAX devices named by ``devices`` ("all", a count, indices or devices); None for one device."""
     if devices is None:
         return None
-    from ..backends.xla.device import jax_module
+    from ..backends.device_arrays import jax_module
 
     available = jax_module().devices(platform)
     if isinstance(devices, str):
@@ -225,7 +225,7 @@ class BatchedModel:
     def _as_examples(name: str, t: Any, value: Any) -> tuple[Any, int]:
         """``value`` as [N, *example_shape] (a leading 1 of the example shape is the example axis); JAX arrays
         stay where they are."""
-        from ..backends.xla.device import is_device_array
+        from ..backends.device_arrays import is_device_array
 
         array = value if is_device_array(value) else np.asarray(value)
         dtype = np.dtype(numpy_dtype(t.dtype))

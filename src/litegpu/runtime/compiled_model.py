@@ -405,7 +405,7 @@ class CompiledModel:
         if self._platform != "gpu":
             return None
         from ..backends.sharding import devices_for_weights, estimate
-        from ..backends.xla.device import jax_module
+        from ..backends.device_arrays import jax_module
 
         try:
             gpus = jax_module().devices("gpu")

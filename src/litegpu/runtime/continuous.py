@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.decoding import COUNTER, POSITION, SEED, TEMPERATURE, TOP_K, TOP_P, bucket_for, slot_buckets
 from ..errors import ClosedError, InvalidArgumentError, LiteGpuError, ModelExecutionError
 from .generate import _Loop, _prefill, _softmax_sample, check_sampling, generate_stream
 
@@ -423,17 +424,15 @@ class ContinuousBatcher:
 
 
 class _DeviceBatch:
-    """The batched XLA engine: the sequences in the slots of ``backends.xla.batched_decode.BatchState``."""
+    """The batched device engine: the sequences in the slots of the engine's batched decode
+    (``SubgraphProgram.batched_decode``; XLA's: ``backends.xla.batched_decode``)."""
 
     name = BATCHED
 
     def __init__(self, batcher: ContinuousBatcher, loop: _Loop):
-        from ..backends.xla.batched_decode import BatchedDecode, slot_buckets
-
         self.batcher, self.loop = batcher, loop   # ``loop`` prefills, one sequence at a time
-        backend = loop.decode_backend()
-        self.decode = BatchedDecode(backend, loop.step_layout(backend), batcher.steps_per_launch)
-        self.device = backend.state.device
+        self.decode = loop.decode_program().batched_decode(loop.decode_signature(), batcher.steps_per_launch)
+        self.device = self.decode.device
         self.buckets = slot_buckets(batcher.max_sequences)
         self.state: Any = None                     # BatchState, None while no sequence decodes
         self.slots_held: list[_Sequence | None] = []
@@ -442,13 +441,13 @@ class _DeviceBatch:
 
     @staticmethod
     def refusal(loop: _Loop) -> str | None:
-        """Why the decode steps cannot be one batched XLA program, or None."""
+        """Why the decode steps cannot be one batched program on the device, or None."""
         from .batched import batching_refusal
 
-        backend = loop.decode_backend()
-        if backend is None:
+        if loop.decode_program().device_program() is None:
             return "the decode signature does not run as one XLA program (another engine, or a plan in parts)"
-        return batching_refusal(backend.model, backend.subgraph_index)
+        # a device program runs the whole model as XLA traces it
+        return batching_refusal(loop.model._xla_model, loop.model._signature(loop.decode).subgraph)
 
     def active_count(self) -> int:
         return sum(1 for s in self.slots_held if s is not None and not s.handle.done)
@@ -491,9 +490,11 @@ class _DeviceBatch:
 
     def _fresh_caches(self) -> None:
         """Zero caches in the prefill loop's buffers for the next prompt (device zeros: nothing crosses)."""
-        jnp = self.decode.backend.jax.numpy
-        with self.decode.backend.jax.default_device(self.device):
-            self.loop.keep_caches([jnp.zeros(b.shape, b.dtype) for b in
+        from ..backends.device_arrays import jax_module
+
+        jax = jax_module()
+        with jax.default_device(self.device):
+            self.loop.keep_caches([jax.numpy.zeros(b.shape, b.dtype) for b in
                                    (self.loop.caches[n] for n in self.loop.cache_names)])
 
     def _free_slot(self) -> int:
@@ -502,8 +503,6 @@ class _DeviceBatch:
         free = [k for k, s in enumerate(self.slots_held) if s is None]
         if free:
             return free[0]
-        from ..backends.xla.batched_decode import bucket_for
-
         held = len(self.slots_held)
         size = bucket_for(held + 1, self.buckets)
         if self.state is None:
@@ -516,8 +515,6 @@ class _DeviceBatch:
     def _release_finished(self) -> None:
         """Free the slots of the sequences that ended (a stop token, cancelled); the batch shrunk to the smallest
         size that holds the rest, which move to its first slots."""
-        from ..backends.xla.batched_decode import bucket_for
-
         self.slots_held = [s if s is not None and not s.handle.done else None for s in self.slots_held]
         kept = [k for k, s in enumerate(self.slots_held) if s is not None]
         if not kept:
@@ -553,8 +550,6 @@ class _DeviceBatch:
             self._release_finished()
 
     def _dispatch(self, stepping: list[tuple[int, _Sequence]]) -> Any:
-        from ..backends.xla.batched_decode import COUNTER, POSITION, SEED, TEMPERATURE, TOP_K, TOP_P
-
         slots = len(self.slots_held)
         fed = np.zeros((4, slots), np.int32)
         floats = np.zeros((2, slots), np.float32)

@@ -55,7 +55,7 @@ class Environment:
         self._check_open()
         with self._lock:
             if platform not in self._devices:
-                from ..backends.xla.device import device_for
+                from ..backends.device_arrays import device_for
 
                 self._devices[platform] = device_for(platform)
             return self._devices[platform]
@@ -63,7 +63,7 @@ class Environment:
     @staticmethod
     def platforms() -> set[str]:
         """The platforms JAX sees on this machine ({"cpu"} or {"cpu", "gpu"})."""
-        from ..backends.xla.device import available_platforms
+        from ..backends.device_arrays import available_platforms
 
         return available_platforms()
 
@@ -84,7 +84,7 @@ class Environment:
 
 def enable_compile_cache(directory: str) -> None:
     """Turn on JAX's persistent compilation cache in ``directory`` (created if missing)."""
-    from ..backends.xla.device import jax_module
+    from ..backends.device_arrays import jax_module
 
     os.makedirs(directory, exist_ok=True)
     jax = jax_module()

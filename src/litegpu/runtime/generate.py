@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.xla.generate import DEFAULT_CHUNK
+from ..backends.decoding import DEFAULT_CHUNK, MASKED, DecodeSignature, Sampling
 from ..errors import InvalidArgumentError, ModelExecutionError, SignatureError
 from .tensor_buffer import TensorBuffer, _is_device_array
 
@@ -118,29 +118,20 @@ class _Loop:
             raise SignatureError(f"the signatures carry different state: {names}")
         return names[0]
 
-    def device_loop(self, chunk: int, sampling: Any, stops: set[int], seed: int | None) -> Any:
-        """A ``backends.xla.generate.DecodeLoop`` for the decode signature where one XLA program runs all of it (a
-        whole-model GPU or XLA CPU plan, no resource variables, weights on one device); None elsewhere."""
-        backend = self.decode_backend()
-        if backend is None:
-            return None
-        from ..backends.xla.generate import DecodeLoop
+    def device_loop(self, chunk: int, sampling: Sampling, stops: set[int], seed: int | None) -> Any:
+        """The engine's loop making ``chunk`` tokens per launch on its device (``SubgraphProgram.decode_loop``)
+        where one device program runs all of the decode signature; None elsewhere."""
+        return self.decode_program().decode_loop(self.decode_signature(), chunk, sampling, tuple(stops), seed)
 
-        return DecodeLoop(backend, self.step_layout(backend), chunk, sampling, tuple(stops), seed)
+    def decode_program(self) -> Any:
+        """The program running the decode signature (``engine.SubgraphProgram``: its capabilities say whether it
+        runs it whole on a device)."""
+        return self.model._backend(self.model._signature(self.decode))
 
-    def decode_backend(self) -> Any:
-        """The device program running the whole decode signature (``SubgraphProgram.device_program``), or None
-        (another engine, a plan in parts, resource variables, weights over several devices)."""
-        signature = self.model._signature(self.decode)
-        return self.model._backend(signature).device_program()
-
-    def step_layout(self, backend: Any) -> Any:
-        """Where the decode subgraph of ``backend`` takes the token, position, mask and caches
-        (``backends.xla.generate.StepLayout``)."""
-        from ..backends.xla.generate import StepLayout
-
-        return StepLayout.of(backend.model, self.decode, self.tokens_name, self.position_name, self.logits_name,
-                             self.mask_name, self.cache_names, self.max_len)
+    def decode_signature(self) -> DecodeSignature:
+        """The decode signature by its tensors' names, as an engine's device decode loop reads it."""
+        return DecodeSignature(self.decode, self.tokens_name, self.position_name, self.logits_name, self.mask_name,
+                               tuple(self.cache_names), self.max_len)
 
     def release(self) -> None:
         """The generation is over: a cache kept in the engine's tensors is dropped there (``_CarriedCache``)."""
@@ -149,7 +140,7 @@ class _Loop:
 
     def cache_arrays(self, device: Any) -> list[Any]:
         """The KV cache as device arrays, in ``cache_names`` order (host zeros before any run are placed there)."""
-        from ..backends.xla.device import jax_module
+        from ..backends.device_arrays import jax_module
 
         values = [self.caches[n]._data() for n in self.cache_names]
         return [v if _is_device_array(v) else jax_module().device_put(np.asarray(v), device) for v in values]
@@ -278,7 +269,7 @@ def _carried_layout(loop: _Loop, key: str, executable: Any) -> tuple[list[int], 
 def _device_argmax(shape: tuple[int, ...], dtype: str) -> Any:
     """logits [..., vocab] -> the argmax of the last position (ties to the lowest id, as ``np.argmax``), as a
     device array of the tokens input's shape and dtype, ready to be fed to the next step."""
-    from ..backends.xla.device import jax_module
+    from ..backends.device_arrays import jax_module
 
     jax = jax_module()
 
@@ -415,8 +406,6 @@ def generate_stream(model: Any, prompt_tokens: Iterable[int], max_new_tokens: in
     last = _prefill(loop, prompt, pad_token)
     device = None
     if chunk_tokens and max_new_tokens > 1:
-        from ..backends.xla.generate import Sampling
-
         device = loop.device_loop(chunk_tokens, Sampling(float(temperature), top_k, top_p), stops, seed)
     if device is not None:
         first = pick(last)
@@ -470,11 +459,10 @@ def _greedy_decode(loop: _Loop, token: int, position: int, count: int, stops: se
 def _device_decode(loop: _Loop, device: Any, token: int, position: int, count: int) -> Iterator[int]:
     """The ``count`` tokens after ``token`` (fed at ``position``), generated on the device a chunk at a time: each
     chunk is dispatched before the previous one's tokens are read, so the device never waits for the host."""
-    from ..backends.xla.generate import MASKED
     from .event import _wait_for
 
     chunk = device.chunk
-    caches = device.carried(loop.cache_arrays(device.backend.state.device))
+    caches = device.carried(loop.cache_arrays(device.device))
     pending = device.run(caches, token, position, 0, min(chunk, count))
     latest = pending
     done = 0

@@ -174,8 +174,9 @@ class PartitionedModel:
 
     def _cpu_settings(self, name: str) -> Any:
         """A CPU engine's settings: the model's CPU settings, with the model's precision for an engine that holds
-        the weights of every device in one state (XLA's weights are stored once, in the model's precision)."""
-        return self._gpu_settings() if name == registry.name_of(Target.XLA_CPU) else self.engine_settings
+        the weights of every device in one state (``EngineInfo.one_weight_precision``: XLA's weights are stored
+        once, in the model's precision)."""
+        return self._gpu_settings() if registry.info(name).one_weight_precision else self.engine_settings
 
     def _fallback_unit(self, partition: Partition, target: Target) -> Any:
         """What runs a partition that its engine cannot compile: the same ops on the CPU, by XLA with the op

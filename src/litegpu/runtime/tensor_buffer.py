@@ -19,13 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.device_arrays import is_device_array as _is_device_array
 from ..errors import ClosedError, TensorBufferError
 
 _DLPACK_CPU = 1
-
-
-def _is_device_array(value: Any) -> bool:
-    return type(value).__module__.startswith("jax") and hasattr(value, "block_until_ready")
 
 
 def _is_engine_device_array(value: Any) -> bool:
@@ -105,7 +102,7 @@ class TensorBuffer:
                 return cls(np.from_dlpack(obj), owns_host_memory=False)
             except (TypeError, BufferError, RuntimeError, ValueError) as e:
                 raise TensorBufferError(f"cannot wrap {type(obj).__name__} via DLPack: {e}") from e
-        from ..backends.xla.device import jax_module
+        from ..backends.device_arrays import jax_module
 
         jax = jax_module()
         try:

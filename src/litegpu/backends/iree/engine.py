@@ -888,7 +888,7 @@ class IreeExecutable(Executable):
     def _compile(self, specs: list, var_specs: dict) -> dict:
         """Trace, export and compile: a cache entry (the ``.vmfb`` and how to call it)."""
         from ..xla.backend import export_program
-        from ..xla.device import jax_module
+        from ..device_arrays import jax_module
 
         jax = jax_module()
         host_params = self.state.host.params
@@ -1164,7 +1164,7 @@ class IreeEngine(Engine):
         if host_state is None:
             from ..xla.backend import XlaBackend
             from ..xla.state import XlaState
-            from ..xla.device import device_for
+            from ..device_arrays import device_for
 
             host_state = XlaState(model, device_for("cpu"), XlaBackend.storage_dtype(settings.precision))
         return IreeExecutable(model, op_range, settings, self.state(host_state), compile_target(self.device),

@@ -26,7 +26,7 @@ from ...ops._fixedpoint import exact_divisions
 from ..graph import STATEFUL_OPS, OpRange, split_ops
 from ..engine import SubgraphProgram
 from ..memory import check_fits, is_out_of_memory, needed_bytes, out_of_memory
-from .device import _jaxlib_version, device_for, is_device_array, jax_module
+from ..device_arrays import _jaxlib_version, device_for, is_device_array, jax_module
 from .state import XlaState, _in_place_sources, _tensor_bytes
 from .tracer import _Precision, _XlaRunner
 

@@ -38,27 +38,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# the rows of ``step``'s integer and float inputs ([rows, slots]), and the slot counts, shared with the runtime
+from ..decoding import COUNTER, POSITION, SEED, TEMPERATURE, TOP_K, TOP_P, bucket_for, slot_buckets  # noqa: F401
 from .generate import CarriedCaches, StepLayout, deviceless_decode, top_p_cutoff
-
-# the rows of ``step``'s integer and float inputs ([rows, slots]): what each slot is fed
-POSITION, TOP_K, SEED, COUNTER = range(4)
-TEMPERATURE, TOP_P = range(2)
 
 # backend -> {program key: program}: a batcher makes a BatchedDecode, the programs outlive it
 _PROGRAMS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
-
-
-def slot_buckets(most: int) -> tuple[int, ...]:
-    """The slot counts programs are compiled for: the powers of two below ``most``, and ``most``."""
-    if most < 1:
-        raise ValueError(f"a batch holds at least one slot, not {most}")
-    sizes = [1 << k for k in range(most.bit_length()) if 1 << k < most]
-    return tuple(sizes + [most])
-
-
-def bucket_for(count: int, buckets: Sequence[int]) -> int:
-    """The smallest of ``buckets`` that holds ``count`` slots."""
-    return next(b for b in buckets if b >= count)
 
 
 @dataclass

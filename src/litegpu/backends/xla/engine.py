@@ -19,9 +19,11 @@ from ...ir import Model, numpy_dtype
 from ..engine import Engine, EngineContext, EngineSettings, Executable, op_reasons
 from ..graph import OpRange
 from ...ops import Target
+from ..decoding import DecodeSignature, Sampling
 from .backend import XlaBackend
+from .generate import DecodeLoop, StepLayout
 from .state import XlaState
-from .device import available_platforms, device_for, is_device_array, jax_module
+from ..device_arrays import available_platforms, device_for, is_device_array, jax_module
 
 
 class XlaEngine(Engine):
@@ -103,13 +105,13 @@ class XlaEngine(Engine):
         return XlaPartition(backend)
 
     def compile_subgraph(self, model: Model, subgraph: int, settings: EngineSettings, cache: Any = None,
-                         cache_key: dict | None = None) -> XlaBackend:
+                         cache_key: dict | None = None) -> "XlaProgram":
         """The whole subgraph as one program (in parts for a big one), over the model's weights on the engine's
         platform; programs in the builtin kernels' float order are other programs, cached apart."""
         key = dict(cache_key or {})
         if self.context.official_float_order and key:
             key["float_order"] = "builtin kernels"
-        return XlaBackend(model, subgraph, self.platform, precision=self.settings.precision,
+        return XlaProgram(model, subgraph, self.platform, precision=self.settings.precision,
                           state=self.weights(model, self.platform), cache=cache, cache_key=key)
 
     def reset_variables(self) -> None:
@@ -122,6 +124,16 @@ class XlaEngine(Engine):
         on_gpu = [state for (_, platform), (_, state) in self._states.items() if platform != "cpu"]
         return on_gpu[0].placement_report() if on_gpu else None
 
+    def profile_ops(self, model: Model, subgraph: int, inputs: Sequence[Any], repeats: int,
+                    on_op: Any) -> tuple[list[dict[str, Any]], float]:
+        """Each op as its own program on the engine's platform, over the model's weights there
+        (``op_profile``)."""
+        from .op_profile import profile_ops
+
+        device = (self.context.device or device_for)(self.platform)
+        return profile_ops(self.weights(model, self.platform), device, model, subgraph, inputs, self.rules,
+                           self.settings.precision, self.context.official_float_order, repeats, on_op)
+
     def describe(self) -> str:
         import jax
         import jaxlib
@@ -131,6 +143,30 @@ class XlaEngine(Engine):
 
 
 XlaCpuEngine = XlaEngine  # its earlier name
+
+
+class XlaProgram(XlaBackend):
+    """A whole subgraph as the engine runs it (``compile_subgraph``), with the device decode capabilities of the
+    engine interface (``backends.decoding``): the generation loop and the batched decode, over this program where it
+    is a device program (``device_program``).  They live here, above ``generate`` and ``batched_decode``, which build
+    on ``XlaBackend``."""
+
+    def decode_loop(self, signature: DecodeSignature, chunk: int, sampling: Sampling, stop_tokens: tuple[int, ...],
+                    seed: int | None) -> DecodeLoop | None:
+        if self.device_program() is None:
+            return None
+        return DecodeLoop(self, self._step_layout(signature), chunk, sampling, stop_tokens, seed)
+
+    def batched_decode(self, signature: DecodeSignature, steps_per_launch: int) -> Any:
+        if self.device_program() is None:
+            return None
+        from .batched_decode import BatchedDecode
+
+        return BatchedDecode(self, self._step_layout(signature), steps_per_launch)
+
+    def _step_layout(self, signature: DecodeSignature) -> StepLayout:
+        s = signature
+        return StepLayout.of(self.model, s.key, s.tokens, s.position, s.logits, s.mask, list(s.caches), s.max_len)
 
 
 class XlaPartition(Executable):

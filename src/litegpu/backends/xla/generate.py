@@ -43,12 +43,10 @@ import numpy as np
 
 from ...errors import SignatureError
 from ...ir import Model, numpy_dtype
+from ..decoding import DEFAULT_CHUNK, MASKED, Sampling
 from .ahead import COMPILE_AHEAD, compile_ahead_enabled
 from .kv_rows import RowPlan, cache_rows, plan_or_reason, row_buckets, smallest_rows_setting
 from .kv_rows import rows_for as bucket_holding
-
-MASKED = -1            # a token slot after a stop token, or past the tokens asked for
-DEFAULT_CHUNK = 16     # decode steps per launch (BENCHMARKS.md "GPU": per-token cost against chunk size)
 
 
 @dataclass(frozen=True)
@@ -77,22 +75,6 @@ class StepLayout:
                       for t in sg.inputs)
         return cls(specs, ins[tokens], ins[position], ins[mask] if mask else None,
                    tuple((ins[n], outs[n]) for n in caches), outs[logits], max_len)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How each token is picked: greedy (temperature 0) or sampled from softmax(logits / temperature), restricted
-    to the ``top_k`` largest when given, then to the smallest set of the largest whose probabilities (after top-k)
-    add up to ``top_p`` when given (nucleus sampling); ties at either cutoff are kept, as ``generate``'s host
-    sampler keeps them."""
-
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
 
 def _pick(jnp: Any, jax: Any, logits: Any, sampling: Sampling, key: Any, temperature: Any = None,
@@ -202,6 +184,11 @@ class CarriedCaches:
         for k, value in zip(self.loose, carried[len(self.groups):]):
             found[self.layout.caches[k][0]] = value
         return [found[at] for at, _ in self.layout.caches]
+
+    @property
+    def device(self) -> Any:
+        """Where the caches live: the runtime places its host caches there."""
+        return self.backend.state.device
 
     def cache_specs(self) -> list[tuple[tuple[int, ...], str]]:
         """(shape, dtype name) of each carried cache of one sequence."""

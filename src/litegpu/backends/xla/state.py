@@ -22,7 +22,7 @@ from ...ops import Target
 from ...ops._common import unpack_sub_byte
 from ..graph import STATEFUL_OPS, GraphRunner
 from ..memory import device_available_bytes, is_out_of_memory, out_of_memory
-from .device import jax_module
+from ..device_arrays import jax_module
 
 # Float constants with more elements than this become program parameters.
 PARAM_MIN_ELEMENTS = 256
