@@ -121,20 +121,31 @@ def time_until_decided(runners: dict, block: int, min_seconds: float, max_second
             return times
 
 
-def measure(path: Path, threads: int, min_seconds: float, max_seconds: float) -> dict:
+def measure(path: Path, threads: int, min_seconds: float, max_seconds: float, litegpu_first: bool = False) -> dict:
     probe = harness.official_interpreter(path)
     inputs = harness.random_inputs(probe.get_input_details(), int_low=0)  # token ids are >= 0
     row: dict = {"model": path.stem, "threads": threads, "load_before": round(os.getloadavg()[0], 1)}
-    runners = {"xnnpack": harness.official_runner(path, inputs, threads)[0]}
-    expected = runners["xnnpack"]()
-    try:
-        runners["openvino"] = engines._openvino_runner(path, inputs, threads)
-    except Exception as e:  # noqa: BLE001  (a model OpenVINO cannot load is reported; XNNPACK stays the best)
-        row["openvino_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}"
+    runners: dict = {}
     with tempfile.TemporaryDirectory() as cache:  # a first start: the plan's choice is made here
-        started = time.perf_counter()
-        runners["litegpu"], model = engines._litegpu_runner(path, inputs, threads, exact=False, cache_dir=cache)
-        row["litegpu_first_start_s"] = round(time.perf_counter() - started, 2)
+        # The order the engines are built in is not neutral: in one process a second bare XNNPACK interpreter of
+        # the same file runs 1-2 % slower than the first (BENCHMARKS.md, "Both zoos on a quiet machine"), so
+        # ``litegpu_first`` builds litegpu's before the engines alone, to measure the bias both ways.
+        if litegpu_first:
+            started = time.perf_counter()
+            litegpu_run, model = engines._litegpu_runner(path, inputs, threads, exact=False, cache_dir=cache)
+            row["litegpu_first_start_s"] = round(time.perf_counter() - started, 2)
+        runners["xnnpack"] = harness.official_runner(path, inputs, threads)[0]
+        expected = runners["xnnpack"]()
+        try:
+            runners["openvino"] = engines._openvino_runner(path, inputs, threads)
+        except Exception as e:  # noqa: BLE001  (a model OpenVINO cannot load is reported; XNNPACK stays the best)
+            row["openvino_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}"
+        if not litegpu_first:
+            started = time.perf_counter()
+            litegpu_run, model = engines._litegpu_runner(path, inputs, threads, exact=False, cache_dir=cache)
+            row["litegpu_first_start_s"] = round(time.perf_counter() - started, 2)
+        runners["litegpu"] = litegpu_run
+        row["built_first"] = "litegpu" if litegpu_first else "engines alone"
         row["plan"] = model.plan.engine_summary()
         row["litegpu_max_rel_diff"] = max(engines._relative(a, b) for a, b in zip(runners["litegpu"](), expected))
         for run in runners.values():  # untimed: first calls allocate
@@ -206,10 +217,13 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=4.0, help="timing per model, at least")
     parser.add_argument("--max-seconds", type=float, default=15.0, help="timing per model, at most (undecided)")
     parser.add_argument("--json", type=Path, default=HERE / "zoo_decide.json")
+    parser.add_argument("--litegpu-first", action="store_true",
+                        help="build litegpu's model before the engines alone (the build order's bias the other way)")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child process: measure one model
     args = parser.parse_args()
     if args.one:
-        print("ROW " + json.dumps(measure(args.one, args.threads, args.min_seconds, args.max_seconds)))
+        print("ROW " + json.dumps(measure(args.one, args.threads, args.min_seconds, args.max_seconds,
+                                             args.litegpu_first)))
         return
     found = zoos()
     by_zoo: dict[str, list[dict]] = {}
@@ -222,7 +236,8 @@ def main() -> None:
             began = time.perf_counter()
             row = harness.child_row(
                 [sys.executable, __file__, "--one", str(path), "--threads", str(args.threads), "--min-seconds",
-                 str(args.min_seconds), "--max-seconds", str(args.max_seconds)], path.stem, timeout=900)
+                 str(args.min_seconds), "--max-seconds", str(args.max_seconds),
+                 *(["--litegpu-first"] if args.litegpu_first else [])], path.stem, timeout=900)
             by_zoo.setdefault(zoo, []).append({**row, "zoo": zoo, "wall_s": round(time.perf_counter() - began, 1)})
             print(json.dumps(by_zoo[zoo][-1]), flush=True)
             harness.write_json(args.json, {"machine": harness.machine("ai-edge-litert", "openvino"),
