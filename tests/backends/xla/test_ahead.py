@@ -1,6 +1,6 @@
-"""Programs compiled ahead of need (``backends.xla.ahead``): the decode loop's next KV-cache bucket is compiled on
-the background thread before the step that reaches it, with the same tokens; a failed compile is raised by that
-step; nothing is left running after close.  Compiles are counted by thread, nothing waits on a clock."""
+"""Programs compiled ahead of need (``backends.xla.ahead``): the decode loop's and the batched step's next KV-cache
+bucket is compiled on the background thread before the step that reaches it, with the same tokens; a failed compile
+is raised by that step; nothing is left running after close.  Compiles are counted by thread, nothing waits on a clock."""
 
 import threading
 from pathlib import Path
@@ -11,6 +11,7 @@ import pytest
 from litegpu.backends.xla import generate as xla_generate
 from litegpu.backends.xla.ahead import AHEAD_ENV, COMPILE_AHEAD, CompileAhead
 from litegpu.backends.xla.backend import XlaBackend
+from litegpu.backends.xla.batched_decode import COUNTER, POSITION, BatchedDecode
 from litegpu.backends.xla.generate import DecodeLoop, decode_layout
 from litegpu.errors import ModelExecutionError
 from litegpu.ir import read_model
@@ -88,6 +89,51 @@ def test_a_compile_that_failed_ahead_is_raised_by_the_step_that_needs_the_progra
         _decode(loop, start, [14])
     with pytest.raises(ModelExecutionError, match="24-row bucket failed"):  # tried again by the next step
         _decode(loop, start, [14])
+
+
+def test_the_batched_step_compiles_its_next_bucket_ahead_and_takes_it_with_the_same_tokens(monkeypatch):
+    monkeypatch.delenv(AHEAD_ENV, raising=False)
+    model = read_model(str(MODEL))
+    sig = next(s for s in model.signatures if s.key == "decode")
+    layout = decode_layout(model)
+    compiles: list[tuple[int | None, str]] = []
+    made = BatchedDecode._compiled
+
+    def counting(batched, slots, sampled, rows):
+        compiles.append((rows, threading.current_thread().name))
+        return made(batched, slots, sampled, rows)
+
+    monkeypatch.setattr(BatchedDecode, "_compiled", counting)
+    rng = np.random.default_rng(1)
+    per_layer = [rng.normal(size=shape).astype(dtype) for shape, dtype in
+                 ((layout.input_specs[at][0], layout.input_specs[at][1]) for at, _ in layout.caches)]
+
+    def run(batched, positions):
+        state = batched.empty(2)
+        for slot in (0, 1):
+            state = batched.insert(state, slot, batched.stacked(per_layer), 5 + slot)
+        tokens = []
+        for position in positions:
+            fed = np.zeros((4, 2), np.int32)
+            fed[POSITION], fed[COUNTER] = (position, position - 1), (0, 0)
+            picked, state = batched.step(state, fed, np.zeros((2, 2), np.float32), False)
+            tokens.append(np.asarray(picked).tolist())
+        return tokens
+
+    ahead = BatchedDecode(XlaBackend(model, sig.subgraph_index, "cpu"), layout, steps=2, smallest_rows=16)
+    first = run(ahead, [8])   # rows up to 10: the 16-row bucket
+    assert COMPILE_AHEAD.wait(timeout=120)
+    assert (24, "litegpu-compile-ahead") in compiles and (24, "MainThread") not in compiles
+    tokens = run(ahead, [8, 14])   # 14 + 2 rows: the 24-row bucket, taken from the background
+    assert COMPILE_AHEAD.wait(timeout=120)
+    assert [rows for rows, _ in compiles].count(24) == 1 and (24, "MainThread") not in compiles
+    assert tokens[0] == first[0]
+
+    monkeypatch.setenv(AHEAD_ENV, "0")   # off: the step that reaches a bucket compiles it, with the same tokens
+    compiles.clear()
+    alone = BatchedDecode(XlaBackend(model, sig.subgraph_index, "cpu"), layout, steps=2, smallest_rows=16)
+    assert run(alone, [8, 14]) == tokens
+    assert all(thread == "MainThread" for _, thread in compiles) and COMPILE_AHEAD.wait(timeout=120)
 
 
 def test_close_cancels_what_has_not_started_and_waits_for_what_runs():

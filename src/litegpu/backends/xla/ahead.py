@@ -2,9 +2,11 @@
 
 A decode loop attends over a bucket of its KV cache (``kv_rows``), one program per bucket.  Compiled when a
 generation's position first reaches a bucket, each stalled the answer mid-way (5-22 s for a ~1B decoder on a
-loaded CPU, 1.3-1.8 s on a GPU's host).  ``DecodeLoop`` hands the next bucket's compile to ``COMPILE_AHEAD`` once
-a generation runs in a bucket; the step that needs it takes the finished program, waits for a compile still
-running, or raises the compile's error as its own (the error a compile at that step would have raised).
+loaded CPU, 1.3-1.8 s on a GPU's host).  ``DecodeLoop`` (one sequence) and ``BatchedDecode`` (continuous
+batching: every sequence of the batch waits for the compile) hand the next bucket's compile to
+``COMPILE_AHEAD`` once a launch runs in a bucket; the step that needs it takes the finished program
+(``finished``), waits for a compile still running, or raises the compile's error as its own (the error a compile
+at that step would have raised).
 
 One daemon thread works through the jobs and ends when none is left.  At exit the jobs not started are
 cancelled and the one running is waited for (as ``runtime.continuous`` closes its batchers): a thread stopped
@@ -106,6 +108,28 @@ def _wait_until_ready(value: Any) -> None:
             pass
 
 
+def finished(programs: dict, index: Any) -> Any:
+    """The program kept at ``index`` of ``programs``, where a compile handed to ``COMPILE_AHEAD`` is waited for
+    (call it holding no lock that the compile takes); None where there is none, or where its compile had not
+    started (cancelled: the caller compiles it now).  A compile that failed ahead is raised here and forgotten,
+    so that the next step tries again."""
+    found = programs.get(index)
+    if not isinstance(found, Future):
+        return found
+    if found.cancel():
+        if programs.get(index) is found:
+            del programs[index]
+        return None
+    try:
+        program = found.result()
+    except BaseException:
+        if programs.get(index) is found:
+            del programs[index]
+        raise
+    programs[index] = program
+    return program
+
+
 COMPILE_AHEAD = CompileAhead()
 
-__all__ = ["AHEAD_ENV", "COMPILE_AHEAD", "CompileAhead", "compile_ahead_enabled"]
+__all__ = ["AHEAD_ENV", "COMPILE_AHEAD", "CompileAhead", "compile_ahead_enabled", "finished"]

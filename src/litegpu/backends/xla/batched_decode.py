@@ -25,7 +25,8 @@ the sorting that top-k and top-p need.  The caches are carried in the layout XLA
 program (``Layout.AUTO``, as ``xla_generate`` explains); the other programs take and give that layout.
 
 As in ``xla_generate``'s loop, a launch's attention reads the caches' first rows only, a bucket just past the
-furthest position any slot reaches in it (``kv_rows``), one program per bucket.
+furthest position any slot reaches in it (``kv_rows``), one program per bucket; once a launch runs in a bucket,
+the next bucket's step (same slots and sampling) is compiled on a background thread (``ahead.COMPILE_AHEAD``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 
 # the rows of ``step``'s integer and float inputs ([rows, slots]), and the slot counts, shared with the runtime
 from ..decoding import COUNTER, POSITION, SEED, TEMPERATURE, TOP_K, TOP_P, bucket_for, slot_buckets  # noqa: F401
+from .ahead import COMPILE_AHEAD, finished
 from .generate import CarriedCaches, StepLayout, deviceless_decode, top_p_cutoff
 
 # backend -> {program key: program}: a batcher makes a BatchedDecode, the programs outlive it
@@ -128,23 +130,51 @@ class BatchedDecode(CarriedCaches):
         rows = self.rows_for(int(np.max(fed[POSITION])), self.steps)
         program = self.program(state.slots, sampled, rows)
         picked, last, caches = program(self.backend.params, state.caches, state.tokens, fed, floats)
+        self._compile_next_bucket(state.slots, sampled, rows, picked)
         return picked, BatchState(caches, last)
 
     def program(self, slots: int, sampled: bool, rows: int | None = None) -> Any:
         """The compiled step for ``slots`` slots (in the compile cache when the model has one); ``rows``: the
-        program whose attention reads the caches' first ``rows`` rows (None: all)."""
-        what = ("step", slots, self.steps, sampled, self.layout, self.groups, rows)
+        program whose attention reads the caches' first ``rows`` rows (None: all).  One compiled ahead
+        (``_compile_next_bucket``) is waited for outside the lock, which its compile takes (``formats``)."""
+        what = self._index(slots, sampled, rows)
+        while True:
+            found = finished(self._programs, what)
+            if found is not None:
+                return found
+            with self._lock:
+                if what in self._programs:  # handed to COMPILE_AHEAD or compiled by another thread meanwhile
+                    continue
+                self._programs[what] = program = self._compiled(slots, sampled, rows)
+                return program
+
+    def _index(self, slots: int, sampled: bool, rows: int | None) -> tuple:
+        """What a step program depends on, as its key among the backend's programs."""
+        return ("step", slots, self.steps, sampled, self.layout, self.groups, rows)
+
+    def _compiled(self, slots: int, sampled: bool, rows: int | None) -> Any:
+        key = {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
+               "stacked_caches": repr(self.groups),
+               # the program bakes the carried caches' layout in: an entry made for another cannot be used
+               "carried_layout": repr(self.carried_layout())}
+        if rows is not None:  # the whole cache's programs keep the keys they had before buckets
+            key.update(kv_rows=rows, carried_formats=repr(self.formats(slots)))
+        return self.backend.compile_program(self._jitted(slots, sampled, rows), self._specs(slots), key)
+
+    def _compile_next_bucket(self, slots: int, sampled: bool, rows: int | None, launched: Any) -> None:
+        """Hand the compile of the step after ``rows`` (the batch's furthest sequence now runs in ``rows``) to
+        ``COMPILE_AHEAD``, started once ``launched`` is ready: every sequence of the batch would otherwise wait
+        for it when the furthest one reaches that bucket.  Same slots and sampling: a join or leave that changes
+        them compiles its own, as before."""
+        after = self.next_bucket(rows)
+        if after is None:
+            return
+        what = self._index(slots, sampled, after)
         with self._lock:
             if what not in self._programs:
-                key = {"batched_decode": slots, "steps": self.steps, "sampled": sampled, "layout": repr(self.layout),
-                       "stacked_caches": repr(self.groups),
-                       # the program bakes the carried caches' layout in: an entry made for another cannot be used
-                       "carried_layout": repr(self.carried_layout())}
-                if rows is not None:  # the whole cache's programs keep the keys they had before buckets
-                    key.update(kv_rows=rows, carried_formats=repr(self.formats(slots)))
-                self._programs[what] = self.backend.compile_program(
-                    self._jitted(slots, sampled, rows), self._specs(slots), key)
-            return self._programs[what]
+                future = COMPILE_AHEAD.submit(functools.partial(self._compiled, slots, sampled, after), launched)
+                if future is not None:
+                    self._programs[what] = future
 
     def lowered(self, slots: int, sampled: bool = False, rows: int | None = None) -> Any:
         """The launch's program lowered (``bench/gpu/gpu_compile.py`` compiles it for a GPU not here)."""

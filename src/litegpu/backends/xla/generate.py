@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import warnings
 import weakref
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ import numpy as np
 from ...errors import SignatureError
 from ...ir import Model, numpy_dtype
 from ..decoding import DEFAULT_CHUNK, MASKED, Sampling
-from .ahead import COMPILE_AHEAD, compile_ahead_enabled
+from .ahead import COMPILE_AHEAD, compile_ahead_enabled, finished
 from .kv_rows import RowPlan, cache_rows, plan_or_reason, row_buckets, smallest_rows_setting
 from .kv_rows import rows_for as bucket_holding
 
@@ -158,6 +157,14 @@ class CarriedCaches:
             return None
         rows = bucket_holding(min(int(position) + steps, self.buckets[-1]), self.buckets)
         return None if rows == self.buckets[-1] else rows
+
+    def next_bucket(self, rows: int | None) -> int | None:
+        """The bucket whose program a launch in ``rows`` hands to ``COMPILE_AHEAD``: the next one, unless it is the
+        whole cache's (compiled before any bucket's), ``rows`` is the whole cache, or compiling ahead is off."""
+        if rows is None or not compile_ahead_enabled():
+            return None
+        after = self.buckets[self.buckets.index(rows) + 1]
+        return None if after == self.buckets[-1] else after
 
     def row_plan(self, rows: int | None) -> RowPlan | None:
         """How a step is traced for the caches' first ``rows`` rows; None for the whole cache."""
@@ -336,16 +343,7 @@ class DecodeLoop(CarriedCaches):
     def _program(self, rows: int | None = None) -> Any:
         programs = _PROGRAMS.setdefault(self.backend, {})
         index = self._index(rows)
-        found = programs.get(index)
-        if isinstance(found, Future):  # handed to COMPILE_AHEAD
-            if found.cancel():  # not started yet: compiled here
-                found = None
-            else:
-                try:
-                    found = found.result()  # waits for a compile under way
-                except BaseException:
-                    programs.pop(index, None)  # raised at this step, as a compile here would; the next step tries again
-                    raise
+        found = finished(programs, index)  # one handed to COMPILE_AHEAD: waited for, or compiled here if not started
         if found is None:
             found = self._compiled(rows)
         programs[index] = found
@@ -356,10 +354,8 @@ class DecodeLoop(CarriedCaches):
         started once ``launched`` is ready.  Only the next one: a short answer compiles at most one program it
         does not use (kept by the compile cache), and a bucket spans at least a quarter of its rows (128 tokens and
         up) for the compile to finish in."""
-        if rows is None or not compile_ahead_enabled():
-            return
-        after = self.buckets[self.buckets.index(rows) + 1]
-        if after == self.buckets[-1]:  # the whole cache's program, compiled before any bucket's
+        after = self.next_bucket(rows)
+        if after is None:
             return
         programs = _PROGRAMS.setdefault(self.backend, {})
         if self._index(after) not in programs:
