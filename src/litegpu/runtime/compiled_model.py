@@ -38,7 +38,7 @@ from .options import HardwareAccelerator, Options, resolve_options
 from .tensor_buffer import TensorBuffer, as_array
 from . import warm_start
 from .._lazy import LazyLogger
-from .engine_choice import CountedBackend, uncounted
+from .engine_choice import CountedBackend, DeferredChoice, uncounted
 
 logger = LazyLogger(__name__)
 
@@ -210,8 +210,9 @@ class CompiledModel:
     # where a first start of the plain kind records itself for the next, and the model key that record is for
     _warm_key: tuple[str, dict] | None = None
     # the engines' timing still to come (``runtime.engine_choice``): None once the choice is made, or where there
-    # was none to make
+    # was none to make; and the key of the warm-start record of the plan before it (replaced once it is made)
     _deferred: Any = None
+    _pending_record_key: str | None = None
 
     @functools.cached_property
     def _ir(self) -> ir.Model:
@@ -240,9 +241,9 @@ class CompiledModel:
         self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators),
                                                               engine_choice)
         if not self._plan.choice_settled and engine_choice == "deferred":
-            from .engine_choice import DeferredChoice
+            from ..ir.macs import model_macs
 
-            self._deferred = DeferredChoice(self._planned_ir, self._settle_engine_choice)
+            self._deferred = DeferredChoice(model_macs(self._planned_ir), self._settle_engine_choice)
         self._devices = self._sharding_devices()
         if self._platform == "gpu" and self._cache is not None:
             # the float view and the integer kernels are different programs
@@ -272,13 +273,13 @@ class CompiledModel:
         record, key = warm_start.find(model_path, resolved, open_cache(resolved) if warm_start.eligible_options(
             resolved) else None, model_key)
         if record is not None:
-            return cls._started_warm(record, resolved, environment)
+            return cls._started_warm(record, key, resolved, environment)
         model = cls(read(model_path), resolved, environment)
         model._warm_key = (key, model_keys[-1]) if key is not None else None
         return model
 
     @classmethod
-    def _started_warm(cls, record: warm_start.WarmRecord, options: Options,
+    def _started_warm(cls, record: warm_start.WarmRecord, key: str, options: Options,
                       environment: Environment | None) -> "CompiledModel":
         """A model started from its warm-start record: what ``__init__`` sets, without the IR or the plan."""
         from .model import SignatureInfo
@@ -298,6 +299,10 @@ class CompiledModel:
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions, self._straight = {}, {}
         record.executable(self._signatures[0].subgraph)  # the interpreter loads the file now, as a first start's
+        if record.choice_pending_macs is not None:
+            self._pending_record_key = key
+            if options.resolved_engine_choice == "deferred":
+                self._deferred = DeferredChoice(int(record.choice_pending_macs), self._settle_engine_choice)
         return self
 
     @classmethod
@@ -393,7 +398,8 @@ class CompiledModel:
             from ..compile.choices import AT_LOAD, TIMED
             from ..errors import LiteGpuError
 
-            old = self._plan
+            old = self._plan  # a warm start reads the IR and its plan here
+            self._replace_pending_record()
             try:
                 planned = self._cpu_planned(self._engines(), AT_LOAD)
             except LiteGpuError as e:  # the official interpreter, which ran every call so far, keeps the model
@@ -418,11 +424,20 @@ class CompiledModel:
                 from ..compile import LOWERED_CACHE_KEY
 
                 self._cache_key = {**self._cache_key, **LOWERED_CACHE_KEY}
-            # the next call makes the new plan's programs; a call running on the old ones (a straight path runs
-            # outside the lock) finishes on them
+            # the next call makes the new plan's programs (and records the start for the next); a call running on
+            # the old ones (a straight path runs outside the lock) finishes on them
+            self._warm = None
             self._straight.clear()
             self._backends.clear()
             self._state = self._whole_engine = None
+
+    def _replace_pending_record(self) -> None:
+        """The warm-start record of the plan before the choice, dropped: the next start that is not warm finds
+        the kept verdict, and this model records its plan in its place where it can."""
+        key, self._pending_record_key = self._pending_record_key, None
+        if key is not None and self._cache is not None:
+            self._cache.remove(key)
+            self._warm_key = (key, self._cache_key)
 
     def _stop_counting(self) -> None:
         """The model's backends as they are, no longer counted, their straight paths opened again; the choice
@@ -735,7 +750,7 @@ class CompiledModel:
                     backend = CountedBackend(backend, self._deferred)
                 self._backends[s.index] = backend
                 self._open_straight_path(s, backend)
-                if self._warm_key is not None and self._plan.choice_settled:
+                if self._warm_key is not None:
                     self._remember_warm_start(backend)
             return backend
 
@@ -814,7 +829,9 @@ class CompiledModel:
         # the key the record was looked up under describes this model: the same bytes (a file replaced between the
         # lookup and the read is not recorded), the same code, no key of a rewritten model's entries
         if not self._fell_back and self._devices is None and self._cache_key == model_key:
-            warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend)
+            if warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend) \
+                    and not self._plan.choice_settled:
+                self._pending_record_key = key
 
     def _make_backend(self, subgraph: int) -> Any:
         """The program of one subgraph: the whole-model engine's own where it runs whole subgraphs (XLA, the

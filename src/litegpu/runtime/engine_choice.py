@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..ir import Model
 
 # What timing the engines costs a process: an estimate from the model's size (the process has no measure of
 # OpenVINO's import and compile without paying them), its rounds refined by the calls' measured time
@@ -52,10 +51,8 @@ class DeferredChoice:
     ``timing_cost_s`` (with their mean call time), ``settle`` is called after the call that got there, on its
     thread, once."""
 
-    def __init__(self, model: Model, settle: Callable[[], None]):
-        from ..ir.macs import model_macs
-
-        self._macs = model_macs(model)
+    def __init__(self, macs: int, settle: Callable[[], None]):
+        self._macs = macs  # the model's multiply-accumulates a run (``ir.macs.model_macs``)
         self.spent_s, self.calls = 0.0, 0
         self._settle = settle
         self._count_lock = threading.Lock()

@@ -153,6 +153,9 @@ class WarmRecord:
         self.signatures = [(str(s["key"]), int(s["subgraph"]), tuple((str(n), int(t)) for n, t in s["inputs"]),
                             tuple((str(n), int(t)) for n, t in s["outputs"])) for s in record["signatures"]]
         self._plan = str(record["plan"])
+        # a plan on the official interpreter until the engines are timed (``runtime.engine_choice``): the model's
+        # multiply-accumulates a run, what the timing's cost is estimated from; None where the choice was made
+        self.choice_pending_macs = record.get("choice_pending_macs")
 
     def model(self) -> Any:
         """The model's IR, read from the file now: a file changed since the start is an error, not a silent
@@ -286,8 +289,11 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
     except (pickle.PicklingError, TypeError, AttributeError) as e:  # a plan holding what pickle cannot keep
         logger.info("%s: no warm-start record: the plan cannot be kept (%s)", model.source, e)
         return False
+    from ..ir.macs import model_macs
+
     record = {"version": RECORD_VERSION, "engine": plan.engine, "engine_version": engine.version(),
               "engine_record": engine_record, "subgraphs": subgraphs,
+              "choice_pending_macs": None if plan.choice_settled else model_macs(model),
               "signatures": [{"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs}
                              for s in signatures],
               "plan": base64.b64encode(pickled).decode()}
