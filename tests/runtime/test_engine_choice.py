@@ -180,3 +180,22 @@ def test_a_warm_start_of_the_plan_before_the_choice_times_later_and_moves_on(tim
     again = litegpu.CompiledModel.from_file(path)  # the record of the plan before the choice replaced
     assert again.engine_choice_settled and again.plan.ops_per_engine() == {"openvino": 3} and len(timed) == 1
     np.testing.assert_allclose(again(x_of()), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_small_models_thread_count_is_timed_later_too(monkeypatch):
+    counted = []
+
+    def timed_thread_count(model, file, cores):
+        counted.append(cores)
+        return 1
+
+    monkeypatch.setattr(litert_backend, "_timed_thread_count", timed_thread_count)
+    monkeypatch.setattr(litert_backend, "thread_count", lambda settings: 2)
+    monkeypatch.setattr(engine_choice, "THREAD_TIMING_COST_S", 0.0)  # due at the first call
+    model = litegpu.CompiledModel.from_buffer(dense_tanh())  # small: the interpreter's, untimed (compile.choices)
+    assert model.plan.choice_settled and not model.engine_choice_settled and counted == []
+    before = model(x_of())
+    assert counted == [2] and model.engine_choice_settled and "thread count timed after 1 call" in model.plan.choice
+    np.testing.assert_array_equal(model(x_of()), before)
+    again = litegpu.CompiledModel.from_buffer(dense_tanh())  # the count kept
+    assert again.engine_choice_settled and counted == [2]

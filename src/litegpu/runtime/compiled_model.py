@@ -240,10 +240,9 @@ class CompiledModel:
         engine_choice = self._options.resolved_engine_choice
         self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators),
                                                               engine_choice)
-        if not self._plan.choice_settled and engine_choice == "deferred":
-            from ..ir.macs import model_macs
-
-            self._deferred = DeferredChoice(model_macs(self._planned_ir), self._settle_engine_choice)
+        pending = self._pending_choices()
+        if engine_choice == "deferred" and pending is not None:
+            self._deferred = DeferredChoice(settle=self._settle_engine_choice, **pending)
         self._devices = self._sharding_devices()
         if self._platform == "gpu" and self._cache is not None:
             # the float view and the integer kernels are different programs
@@ -299,10 +298,10 @@ class CompiledModel:
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions, self._straight = {}, {}
         record.executable(self._signatures[0].subgraph)  # the interpreter loads the file now, as a first start's
-        if record.choice_pending_macs is not None:
+        if record.choice_pending is not None:
             self._pending_record_key = key
             if options.resolved_engine_choice == "deferred":
-                self._deferred = DeferredChoice(int(record.choice_pending_macs), self._settle_engine_choice)
+                self._deferred = DeferredChoice(settle=self._settle_engine_choice, **record.choice_pending)
         return self
 
     @classmethod
@@ -324,6 +323,7 @@ class CompiledModel:
 
     def _choose_accelerator(self, flags: int, engine_choice: str) -> tuple[str, DelegationPlan]:
         from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, plan_model
+        from ..compile.choices import AT_LOAD
 
         if flags & NPU and not flags & (CPU | GPU):
             raise AcceleratorUnavailableError("litegpu has no NPU backend; use HardwareAccelerator.GPU and/or "
@@ -343,7 +343,7 @@ class CompiledModel:
                 reasons.append(missing)
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
-        self._cpu_engines = self._engines()
+        self._cpu_engines = self._engines(untimed=engine_choice != AT_LOAD)
         planned = plan_model(self._gpu_planned_ir(), wanted, warn=not reasons,
                              cpu_kernels=self._cpu_kernels(wanted), engines=self._cpu_engines,
                              gpu_engine=self._gpu_engine,
@@ -353,7 +353,7 @@ class CompiledModel:
             # kept on the CPU after all (refused ops in a model with variables): the CPU's exact kernels, not the
             # GPU's float view, which the plan was made on
             self._gpu_engine = None
-            self._cpu_engines = self._engines()
+            self._cpu_engines = self._engines(untimed=engine_choice != AT_LOAD)
             planned = self._cpu_planned(self._cpu_engines, engine_choice)
         chosen, self._planned_ir, self._cpu_engines = planned.plan, planned.model, planned.engines
         if planned.lowered and self._cache is not None:  # its partitions index the lowered model's ops
@@ -410,9 +410,12 @@ class CompiledModel:
                 self._stop_counting()
                 return
             new = planned.plan
-            choice = f"timed {deferred.when()}" if new.choice == TIMED else f"{new.choice} (found {deferred.when()})"
+            if deferred.engines:
+                choice = f"timed {deferred.when()}" if new.choice == TIMED else f"{new.choice} (found {deferred.when()})"
+            else:
+                choice = f"{new.choice}; its thread count timed {deferred.when()}"
             logger.info("%s: engine choice %s: %s", self._ir.source, choice, new.engine_summary())
-            if not planned.lowered and _same_partitions(old, new):
+            if not planned.lowered and _same_partitions(old, new) and not deferred.threads:
                 self._plan = dataclasses.replace(old, choice=choice, choice_settled=True)
                 self._stop_counting()
                 return
@@ -430,6 +433,17 @@ class CompiledModel:
             self._straight.clear()
             self._backends.clear()
             self._state = self._whole_engine = None
+
+    def _pending_choices(self) -> dict | None:
+        """What is still to be timed (``DeferredChoice``'s arguments): the engines against each other (the plan's
+        choice not settled), an engine's own choice (``Engine.choice_pending``); None: nothing."""
+        engines = not self._plan.choice_settled
+        threads = any(e.choice_pending for e in (getattr(self, "_cpu_engines", None) or {}).values())
+        if not engines and not threads:
+            return None
+        from ..ir.macs import model_macs
+
+        return {"macs": model_macs(self._planned_ir), "engines": engines, "threads": threads}
 
     def _replace_pending_record(self) -> None:
         """The warm-start record of the plan before the choice, dropped: the next start that is not warm finds
@@ -779,10 +793,10 @@ class CompiledModel:
             return None, {}
         return cache, model_cache_key(self._ir, self._options.cache_token or digest)
 
-    def _engines(self, cache_key: dict | None = None) -> dict[str, Any]:
+    def _engines(self, cache_key: dict | None = None, untimed: bool = False) -> dict[str, Any]:
         """The CPU engines the planner may ask, holding this model's compile cache (OpenVINO's answer on
         which ops it converts, and which engine ran the model faster, are cached there too); ``cache_key``
-        overrides the model's (a rewritten model's entries kept apart)."""
+        overrides the model's (a rewritten model's entries kept apart); ``untimed``: ``Engine.untimed``."""
         if self._options.cpu_options.kernels != "fast":
             return {}
         from ..backends.registry import fast_cpu_engines
@@ -793,6 +807,8 @@ class CompiledModel:
         found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, key,
                                  whole_file=whole_file)
         allowed = self._options.cpu_options.engines
+        for engine in found.values():
+            engine.untimed = untimed
         return found if allowed is None else {name: e for name, e in found.items() if name in allowed}
 
     def _engine_settings(self) -> Any:
@@ -829,8 +845,9 @@ class CompiledModel:
         # the key the record was looked up under describes this model: the same bytes (a file replaced between the
         # lookup and the read is not recorded), the same code, no key of a rewritten model's entries
         if not self._fell_back and self._devices is None and self._cache_key == model_key:
-            if warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend) \
-                    and not self._plan.choice_settled:
+            pending = self._pending_choices()
+            if warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend, pending) \
+                    and pending is not None:
                 self._pending_record_key = key
 
     def _make_backend(self, subgraph: int) -> Any:

@@ -31,17 +31,23 @@ from typing import Any
 # grow with the model (0.1 s a G multiply-accumulates, a rough slope); the rounds at least ``TIMING_ROUNDS_S``
 # (``backends.timing.timed_rounds``' budget, 0.3 s, and the warm-up calls), and at least ``MIN_TIMED_CALLS``
 # calls of each engine where one call takes longer.
+# The thread count alone (a model the official interpreter runs without timing engines, whose thread count is
+# timed: ``backends.litert.THREAD_TIMING_S`` of rounds, 0.1 s, and a second interpreter of the model).
+THREAD_TIMING_COST_S = 0.15
 OPENVINO_START_S = 0.4
 CONVERT_S_PER_GMAC = 0.1
 TIMING_ROUNDS_S = 0.4
 MIN_TIMED_CALLS = 10
 
 
-def timing_cost_s(macs: int, call_s: float | None = None) -> float:
+def timing_cost_s(macs: int, call_s: float | None = None, engines: bool = True) -> float:
     """The seconds the engines' timing is expected to cost a model of ``macs`` multiply-accumulates a run:
     OpenVINO's start and the conversion estimated from the model's size (a process has no measure of them
     without paying them), the rounds from ``call_s`` (the model's measured call on the official interpreter)
-    where given: each round runs both engines."""
+    where given: each round runs both engines.  ``engines`` False: only an engine's own choice is timed (the
+    official interpreter's thread count)."""
+    if not engines:
+        return THREAD_TIMING_COST_S
     rounds = TIMING_ROUNDS_S if call_s is None else max(TIMING_ROUNDS_S, 2 * MIN_TIMED_CALLS * call_s)
     return OPENVINO_START_S + CONVERT_S_PER_GMAC * macs / 1e9 + rounds
 
@@ -51,8 +57,10 @@ class DeferredChoice:
     ``timing_cost_s`` (with their mean call time), ``settle`` is called after the call that got there, on its
     thread, once."""
 
-    def __init__(self, macs: int, settle: Callable[[], None]):
+    def __init__(self, macs: int, settle: Callable[[], None], engines: bool = True, threads: bool = False):
         self._macs = macs  # the model's multiply-accumulates a run (``ir.macs.model_macs``)
+        # what is to be timed: the engines against each other, an engine's own choice (``Engine.choice_pending``)
+        self.engines, self.threads = engines, threads
         self.spent_s, self.calls = 0.0, 0
         self._settle = settle
         self._count_lock = threading.Lock()
@@ -60,7 +68,7 @@ class DeferredChoice:
     @property
     def budget_s(self) -> float:
         """The calls' time after which the engines are timed: the estimate, its rounds from the mean call."""
-        return timing_cost_s(self._macs, self.spent_s / self.calls if self.calls else None)
+        return timing_cost_s(self._macs, self.spent_s / self.calls if self.calls else None, self.engines)
 
     def when(self) -> str:
         """When the choice was made, in the plan report's words."""
