@@ -726,7 +726,7 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     if whole_engine is None:
         return chosen
     faster, keep = _litert_is_faster(model, chosen, whole_engine, ops_engine, known)
-    how = known[1] if known is not None else TIMED
+    how = known[1] if known is not None else _how_chosen(model, chosen, ops_engine)
     if faster and takes_whole():
         return replace(_litert_whole(model, flags, whole_engine, ops_engine, remember=keep), choice=how)
     whole_engine.forget(model)  # the interpreter made to time it
@@ -743,6 +743,16 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
             return replace(_litert_plan(model, flags, whole_engine), choice=how)
         return replace(mixed, choice=how)
     return replace(chosen, choice=how) if ops_engine is not None else chosen
+
+
+def _how_chosen(model: Model, chosen: DelegationPlan, ops_engine: Any) -> str:
+    """How ``_litert_is_faster`` and ``_litert_partitions`` chose where nothing was known (``DelegationPlan.choice``):
+    by timing, unless OpenVINO had no part to be timed on or the model is past the size that is timed."""
+    if ops_engine is None or ops_engine.name not in {p.engine for p in chosen.partitions}:
+        return "the official interpreter against litegpu's exact kernels alone: untimed (it is faster on all but big float models)"
+    if model_macs(model) > LITERT_MEASURE_MAX_MACS and {p.engine for p in chosen.partitions} == {ops_engine.name}:
+        return f"a big model (past {LITERT_MEASURE_MAX_MACS / 1e9:.0f} G multiply-accumulates a run): OpenVINO, untimed"
+    return TIMED
 
 
 def _would_time(model: Model, whole_engine: Any, ops_engine: Any) -> bool:
