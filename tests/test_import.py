@@ -99,6 +99,7 @@ def test_a_warm_start_on_openvino_loads_no_other_engine(tmp_path, monkeypatch):
     from test_choices import mlp
 
     monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LITEGPU_ENGINE_CHOICE", "load")  # the first start times, the second reads the verdict
     path = tmp_path / "mlp.tflite"
     path.write_bytes(mlp())
     code = _OPENVINO_START.format(tests=str(Path(__file__).resolve().parent), path=str(path))

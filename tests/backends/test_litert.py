@@ -28,6 +28,13 @@ CPU = litegpu.HardwareAccelerator.CPU
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "models"
 
 
+@pytest.fixture(autouse=True)
+def timed_at_load(monkeypatch):
+    """The planner's timings made while loading, as these tests check them (the deferred timing:
+    tests/runtime/test_engine_choice.py)."""
+    monkeypatch.setenv("LITEGPU_ENGINE_CHOICE", "load")
+
+
 def whole(model, subgraph=0):
     sg = model.subgraphs[subgraph]
     return OpRange(subgraph, tuple(execution_order(sg, model.source)), tuple(sg.inputs), tuple(sg.outputs))

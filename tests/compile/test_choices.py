@@ -20,6 +20,12 @@ CPU = litegpu.HardwareAccelerator.CPU
 HELDOUT = Path(__file__).resolve().parents[1] / "heldout" / "models"
 
 
+@pytest.fixture(autouse=True)
+def timed_at_load(monkeypatch):
+    """The rules as a load-time timing applies them (the deferred timing: tests/runtime/test_engine_choice.py)."""
+    monkeypatch.setenv("LITEGPU_ENGINE_CHOICE", "load")
+
+
 def mlp(seed=0):
     """x -> FULLY_CONNECTED -> RELU -> FULLY_CONNECTED, float: both engines run it whole."""
     rng = np.random.default_rng(seed)

@@ -116,8 +116,10 @@ def tiny_model() -> bytes:
 
 
 def timed_threads(monkeypatch, faster: str) -> list:
-    """Thread-count timings from now on, ``faster`` ("1" or "3") winning each; returns the calls."""
+    """Thread-count timings from now on, ``faster`` ("1" or "3") winning each, made while loading (the deferred
+    timing: tests/runtime/test_engine_choice.py); returns the calls."""
     calls = []
+    monkeypatch.setenv("LITEGPU_ENGINE_CHOICE", "load")
 
     def timed(candidates, **kwargs):
         calls.append(sorted(candidates))

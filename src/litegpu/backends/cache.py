@@ -180,6 +180,10 @@ class CompileCache:
                       "it will be rebuilt", RuntimeWarning, stacklevel=3)
         self._remove(key)
 
+    def remove(self, key: str) -> None:
+        """Drop an entry that is out of date, not damaged (a newer one of its kind replaces it): no warning."""
+        self._remove(key)
+
     def _remove(self, key: str) -> None:
         for p in (self._entry_path(key), self._meta_path(key)):
             with contextlib.suppress(OSError):

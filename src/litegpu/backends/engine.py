@@ -202,6 +202,11 @@ class Engine(abc.ABC):
     # host (``backends.xla.state.XlaState``), shared with the model's CPU partitions (IREE uploads its GPU's from
     # there).
     shares_host_state = False
+    # ``untimed``: the choices the engine would time while loading (the official interpreter's thread count) are
+    # left to their default unless kept in the compile cache (``Options.engine_choice``: timed later, or never);
+    # ``choice_pending``: one was left so, for this engine's models
+    untimed = False
+    choice_pending = False
 
     @classmethod
     def create(cls, settings: EngineSettings | None, context: EngineContext) -> "Engine":

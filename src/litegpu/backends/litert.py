@@ -244,6 +244,10 @@ class LiteRtEngine(Engine):
         from .cache import found_or_made
 
         key = self._threads_key(scope, cores)
+        if self.untimed:  # the count asked, unless a count was kept (``Engine.untimed``)
+            kept = self._stored_thread_count(key, cores) if key is not None else None
+            self.choice_pending = self.choice_pending or kept is None
+            return kept or cores
 
         def timed() -> int:
             threads = _timed_thread_count(model, file, cores)

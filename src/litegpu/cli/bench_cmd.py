@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, console, count, cpu_kernel_mode, human_bytes,
+from .common import (ACCELERATOR_HELP, ENGINE_CHOICE_HELP, ENGINE_CHOICES, KERNEL_MODES, accelerator_flags, console, count, cpu_kernel_mode, human_bytes,
                      signature_label, step, titled_table)
 from .run_cmd import SEED, random_input
 
@@ -133,13 +133,13 @@ class _Progress:
 
 
 def _options(accelerator: str, precision: str, threads: int, cache_dir: str, kernel_mode: str = "fast",
-             devices: Any = None) -> Any:
+             devices: Any = None, engine_choice: str = "load") -> Any:
     import litegpu
 
     cpu = litegpu.CpuOptions(num_threads=threads, kernel_mode=cpu_kernel_mode(kernel_mode))
     return litegpu.Options(accelerator_flags(accelerator), cpu_options=cpu,
                            gpu_options=litegpu.GpuOptions(precision=precision), serialization_dir=cache_dir,
-                           devices=devices)
+                           devices=devices, engine_choice=engine_choice)
 
 
 def parse_devices(text: str | None) -> Any:
@@ -251,7 +251,7 @@ def whole_program_engines(plan: Any) -> list[str]:
 def delegation(model: Any) -> dict[str, Any]:
     plan = model.plan
     return {"accelerator": model.accelerator, "backend": plan.target.value, "engines": plan.ops_per_engine(),
-            "engine_summary": plan.engine_summary(),
+            "engine_summary": plan.engine_summary(), "engine_choice": plan.choice,
             "fully_delegated": bool(model.is_fully_accelerated()), "ops": plan.num_ops,
             "ops_on_gpu": plan.ops_on("GPU"), "ops_on_cpu": plan.ops_on("CPU"),
             "refused": [str(u) for u in plan.unsupported], "notes": list(plan.notes), "numerics": plan.numerics}
@@ -296,8 +296,10 @@ def _machine() -> dict[str, Any]:
 def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", signature: str | None = None,
               runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP, threads: int = 0,
               cache_dir: str | None = None, profile: bool = False, progress: bool = False,
-              kernel_mode: str = "fast", devices: Any = None) -> dict[str, Any]:
-    """Every number ``litegpu bench`` reports, as a JSON-ready dict (times in ms, memory in bytes)."""
+              kernel_mode: str = "fast", devices: Any = None, engine_choice: str = "load") -> dict[str, Any]:
+    """Every number ``litegpu bench`` reports, as a JSON-ready dict (times in ms, memory in bytes).  The steady
+    runs measure the settled engine choice: timed while loading by default (``engine_choice``), else timed
+    before the warm-up runs where it is still to come (``CompiledModel.engine_choice_settled``)."""
     if kernel_mode not in KERNEL_MODES:
         raise InvalidArgumentError(f"--kernel-mode {kernel_mode!r}: expected one of {', '.join(KERNEL_MODES)}")
     if runs < 1 or warmup < 0 or threads < 0:
@@ -314,7 +316,7 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
 
         CompileCache(directory)  # created private (0700), as every compile cache directory
         cache_was_empty = not any(Path(directory).glob("*.bin"))
-        options = _options(accelerator, precision, threads, directory, kernel_mode, devices)
+        options = _options(accelerator, precision, threads, directory, kernel_mode, devices, engine_choice)
         peak_reset = reset_peak_rss()
         baseline = host_memory()["rss_bytes"]
         with bar.phase("cold start (load, trace, compile, first run)", 1) as step:
@@ -325,6 +327,10 @@ def benchmark(path: Path, *, accelerator: str = "cpu", precision: str = "fp32", 
         with bar.phase("warm start (load, compiled program from the cache, first run)", 1) as step:
             session, warm = _start(path, options, signature, arrays)
             step()
+        if not session.model.engine_choice_settled:
+            with bar.phase("the engines timed (the deferred engine choice)", 1) as step:
+                session.model.settle_engine_choice()
+                step()
         with bar.phase("warm-up runs", warmup) as step:
             for _ in range(warmup):
                 session.run()
@@ -469,6 +475,8 @@ def render(result: dict[str, Any]) -> None:
                   f"{d['ops_on_gpu']} ops on GPU, {d['ops_on_cpu']} on CPU of {d['ops']}: {d['engine_summary']}")
     for refused in d["refused"][:5]:
         table.add_row("", "", f"refused: {refused}")
+    if d.get("engine_choice"):
+        table.add_row("engine choice", "", d["engine_choice"])
     if d.get("numerics"):
         table.add_row("numbers", "", d["numerics"])
     table.add_row("start-up, cold", _ms(init["cold"]["total_ms"]),
@@ -544,7 +552,7 @@ def run(args: Any) -> int:
     result = benchmark(args.file, accelerator=args.accelerator, precision=args.precision, signature=args.signature,
                        runs=args.runs, warmup=args.warmup, threads=args.threads, cache_dir=args.cache_dir,
                        profile=args.profile, progress=sys.stderr.isatty(), kernel_mode=args.kernel_mode,
-                       devices=parse_devices(args.devices))
+                       devices=parse_devices(args.devices), engine_choice=args.engine_choice)
     if args.json is not None:
         text = json.dumps(result, indent=1, allow_nan=False, default=str)
         if str(args.json) == "-":
@@ -578,4 +586,7 @@ def add_parser(sub: Any) -> None:
                    help="split the weights over several devices of the accelerator and report each one's memory")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="compile cache directory to use and keep (default: a temporary one, removed after)")
+    p.add_argument("--engine-choice", choices=ENGINE_CHOICES, default="load",
+                   help=ENGINE_CHOICE_HELP + " (default here: load, so that the cold start includes the timing "
+                        "and the timed runs run the settled choice)")
     p.set_defaults(handler=run)

@@ -31,6 +31,11 @@ def accelerator_flags(spec: str) -> Any:
     return value
 
 
+# ``Options.engine_choice``: when the fast CPU path times the official interpreter against OpenVINO
+ENGINE_CHOICES = ("deferred", "load", "never")
+ENGINE_CHOICE_HELP = ("when to time the official interpreter against OpenVINO for a model whose faster engine is not "
+                      "known (Options.engine_choice): deferred (start on the official interpreter, time once the "
+                      "calls have taken as long as the timing), load (while loading) or never")
 ACCELERATOR_HELP = "where to run: cpu (the default), gpu, or gpu,cpu (the GPU, else the CPU with a warning)"
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..models import BUNDLED_MODEL, Reference, bundled_model, reference_for
-from .common import (ACCELERATOR_HELP, KERNEL_MODES, accelerator_flags, count, cpu_kernel_mode, in_cli_words, signature_label,
+from .common import (ACCELERATOR_HELP, ENGINE_CHOICE_HELP, ENGINE_CHOICES, KERNEL_MODES, accelerator_flags, count, cpu_kernel_mode, in_cli_words, signature_label,
                      step)
 
 SEED = 1234
@@ -108,22 +108,23 @@ def compare(results: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> 
     return matched, lines
 
 
-def _load(path: Path, accelerator: str, kernel_mode: str) -> Any:
+def _load(path: Path, accelerator: str, kernel_mode: str, engine_choice: str | None = None) -> Any:
     import litegpu
 
-    if kernel_mode == "fast":  # what a user gets with no options
+    if kernel_mode == "fast" and engine_choice is None:  # what a user gets with no options
         return litegpu.CompiledModel.from_file(str(path), hardware_accel=accelerator_flags(accelerator))
     return litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
-        accelerator_flags(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=cpu_kernel_mode(kernel_mode))))
+        accelerator_flags(accelerator), cpu_options=litegpu.CpuOptions(kernel_mode=cpu_kernel_mode(kernel_mode)),
+        engine_choice=engine_choice))
 
 
 def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, accelerator: str,
-              runs: int, kernel_mode: str = "fast") -> tuple[list[str], bool | None]:
+              runs: int, kernel_mode: str = "fast", engine_choice: str | None = None) -> tuple[list[str], bool | None]:
     """The report's lines, and whether the outputs match the official runtime's reference (None: no reference
     for these inputs)."""
     t0 = time.perf_counter()
     with step(f"loading {path.name} and choosing its engines"):
-        model = _load(path, accelerator, kernel_mode)
+        model = _load(path, accelerator, kernel_mode, engine_choice)
     signatures = model.get_signature_list()
     key = signature if signature is not None else next(iter(signatures))
     if key not in signatures:
@@ -158,6 +159,8 @@ def run_model(path: Path, inputs: dict[str, np.ndarray], signature: str | None, 
     out_names = list(signatures[key].get("outputs", [])) or [f"output_{i}" for i in range(len(results))]
     lines = [f"{path.name}  {signature_label(key)}  accelerator {accelerator}",
              f"engines: {model.plan.engine_summary()}"]
+    if model.plan.choice:
+        lines.append(f"engine choice: {model.plan.choice}")
     if model.plan.numerics:
         lines.append(f"numbers: {in_cli_words(model.plan.numerics)}")
     source = "given" if inputs else f"the reference's ({reference.path.name})" if reference is not None \
@@ -196,7 +199,7 @@ def _against_reference(results: dict[str, np.ndarray], reference: Reference, ker
 def run(args: Any) -> int:
     path = args.file if args.file is not None else bundled_model()
     lines, matched = run_model(path, parse_inputs(args.input or []), args.signature, args.accelerator, args.runs,
-                               args.kernel_mode)
+                               args.kernel_mode, args.engine_choice)
     print("\n".join(lines))  # plain print: value lists must not wrap mid-number
     return 1 if matched is False else 0
 
@@ -218,4 +221,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kernel-mode", choices=KERNEL_MODES, default="fast",
                    help="CPU kernels: fast (the fastest engine per model, the default), builtin (the official "
                         "builtin kernels' numbers, on XLA) or reference (numpy)")
+    p.add_argument("--engine-choice", choices=ENGINE_CHOICES, default=None,
+                   help=ENGINE_CHOICE_HELP + " (default: $LITEGPU_ENGINE_CHOICE, else deferred)")
     p.set_defaults(handler=run)

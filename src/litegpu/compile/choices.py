@@ -38,6 +38,13 @@ from .timing_memo import TimingMemo, kept
 # faster on OpenVINO alone (7.6 against 8.7 ms, issue 38): models past this bound pay the timing at their first
 # start (1-2 s: OpenVINO converts and compiles the model), once, as the verdict is kept.
 OBVIOUS_MAX_MACS = 50_000_000
+# When a model past the four rules is timed (``Options.engine_choice``): while it loads; later, once its calls on
+# the official interpreter have taken as long as the timing would (``runtime.engine_choice``); or never (the
+# official interpreter runs it).
+AT_LOAD, DEFERRED, NEVER = "load", "deferred", "never"
+ENGINE_CHOICES = (DEFERRED, AT_LOAD, NEVER)
+# How ``DelegationPlan.choice`` says that the planner timed the engines while loading the model.
+TIMED = "timed while loading"
 # The scope of a verdict that covers the whole model (its entry subgraphs).
 WHOLE = "whole model"
 # How ``known_whole_choice`` says where a verdict came from: this model's own, kept by an earlier start; or one
@@ -105,5 +112,5 @@ def structure_scope(model: Model) -> str:
     return f"{WHOLE} of structure {make_key({'subgraphs': parts})}"
 
 
-__all__ = ["OBVIOUS_MAX_MACS", "REMEMBERED", "SAME_OPS", "WHOLE", "kept", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
+__all__ = ["AT_LOAD", "DEFERRED", "ENGINE_CHOICES", "NEVER", "OBVIOUS_MAX_MACS", "REMEMBERED", "TIMED", "SAME_OPS", "WHOLE", "kept", "known_whole_choice", "obvious_by_size", "openvino_work", "remember_timed",
            "structure_scope"]

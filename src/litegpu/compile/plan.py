@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import AcceleratorUnavailableError, InvalidArgumentError, UnsupportedOpError
 from ..ir import Model, Operator, Subgraph, entry_subgraphs, execution_order, numpy_dtype
 from ..ir.macs import model_macs, ops_macs
-from .choices import SAME_OPS, WHOLE, known_whole_choice, remember_timed
+from .choices import AT_LOAD, DEFERRED, ENGINE_CHOICES, SAME_OPS, TIMED, WHOLE, known_whole_choice, remember_timed
 from .timing_memo import TimingMemo, kept
 from .float_view import DATA_MOVEMENT_OPS
 from ..backends import registry
@@ -161,6 +161,12 @@ class DelegationPlan:
     model: Model | None = field(default=None, compare=False, repr=False)
     file_model: Model | None = field(default=None, compare=False, repr=False)
     engine: str = ""                                 # the main engine's registered name (by default: ``target``'s)
+    # How the fast CPU path chose between the official interpreter and OpenVINO (``compile.choices``): known
+    # without timing and how, or timed and when ("" where no such choice was made).  ``choice_settled`` False:
+    # the official interpreter runs the model until the engines are timed (``Options.engine_choice``), or for
+    # good where timing was turned off.
+    choice: str = ""
+    choice_settled: bool = True
 
     def __post_init__(self) -> None:
         if not self.engine:
@@ -512,7 +518,8 @@ def warn_fallbacks(plan: DelegationPlan, stacklevel: int = 2) -> None:
 # ---- the plan -------------------------------------------------------------------------------
 
 def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
-         engines: dict | None = None, gpu_engine: object | None = None, stacklevel: int = 2) -> DelegationPlan:
+         engines: dict | None = None, gpu_engine: object | None = None, stacklevel: int = 2,
+         engine_choice: str = AT_LOAD) -> DelegationPlan:
     """Decide where ``model`` runs for the requested accelerator flags, without touching a device.
 
     ``cpu_kernels`` picks the CPU engines (``CpuOptions.kernel_mode``): "fast" gives each op OpenVINO
@@ -523,18 +530,23 @@ def plan(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernel
     compile cache; ``backends.registry.fast_cpu_engines``); None: OpenVINO if installed, not the official
     interpreter (planning then times nothing).  ``gpu_engine``: the engine of the GPU partitions when it is
     not XLA (``backends.iree.engine.IreeEngine``: Vulkan and Metal GPUs); the ops it refuses fall back to the CPU.
+    ``engine_choice`` (``compile.choices``): where the fast CPU path's choice between the official interpreter
+    and OpenVINO is not known without timing, time them now ("load"), or plan the official interpreter with
+    ``choice_settled`` False ("deferred": the runtime times them later; "never").
 
     Raises ``UnsupportedOpError`` when no allowed accelerator can run the model,
     and ``AcceleratorUnavailableError`` for NPU-only requests (litegpu has no NPU backend).
     """
     return replace(_decide(model, accelerators, warn=warn, cpu_kernels=cpu_kernels, engines=engines,
-                           gpu_engine=gpu_engine, stacklevel=stacklevel + 1), model=model)
+                           gpu_engine=gpu_engine, stacklevel=stacklevel + 1, engine_choice=engine_choice), model=model)
 
 
 def _decide(model: Model, accelerators: int, *, warn: bool, cpu_kernels: str, engines: dict | None,
-            gpu_engine: object | None, stacklevel: int) -> DelegationPlan:
+            gpu_engine: object | None, stacklevel: int, engine_choice: str = AT_LOAD) -> DelegationPlan:
     if cpu_kernels not in CPU_KERNELS:
         raise InvalidArgumentError(f"unknown CPU kernels {cpu_kernels!r}; use one of {', '.join(CPU_KERNELS)}")
+    if engine_choice not in ENGINE_CHOICES:
+        raise InvalidArgumentError(f"unknown engine choice {engine_choice!r}; use one of {', '.join(ENGINE_CHOICES)}")
     flags = int(accelerators)
     if flags & ~(CPU | GPU | NPU) or flags == 0:
         raise InvalidArgumentError(f"unknown hardware accelerator flags {flags!r} (use CPU=1, GPU=2, NPU=4)")
@@ -561,10 +573,11 @@ def _decide(model: Model, accelerators: int, *, warn: bool, cpu_kernels: str, en
                                   num_ops=split.num_ops, engine=gpu_name)
         notes.append(f"{_refusal_message(model, 'GPU', gpu_refused)}\nthe model has resource variables, so it is "
                      "kept whole on the CPU rather than split between GPU and CPU")
-    whole = _cpu_plan(model, flags, cpu_kernels, engines)
+    whole = _cpu_plan(model, flags, cpu_kernels, engines, engine_choice)
     result = DelegationPlan(whole.requested, whole.accelerator, whole.target, whole.partitions,
                             tuple(_gpu_refusals(model, gpu_engine)) if flags & GPU else (), whole.num_ops,
-                            tuple(notes) + whole.notes, numerics=_numerics(model, whole.partitions), engine=whole.engine)
+                            tuple(notes) + whole.notes, numerics=_numerics(model, whole.partitions), engine=whole.engine,
+                            choice=whole.choice, choice_settled=whole.choice_settled)
     if warn:
         for note in result.notes:
             _warn(note, stacklevel=stacklevel)
@@ -591,7 +604,7 @@ LOWERED_CACHE_KEY = {"circle_ops": "lowered to TFLite builtins (compile.circle_l
 
 def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_kernels: str = "fast",
                engines: dict | None = None, lowered_engines: Any = None,
-               gpu_engine: object | None = None) -> PlannedModel:
+               gpu_engine: object | None = None, engine_choice: str = AT_LOAD) -> PlannedModel:
     """``plan``, and on the fast CPU path for a model with circle-only ops that have builtin lowerings
     (``compile.circle_lowering``): the lowered model planned too, kept where the official interpreter or OpenVINO
     then runs any of it (else XLA runs the original, exact ops whole, as before).  ``lowered_engines()`` makes the
@@ -603,7 +616,8 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
         lowered = lower_circle_ops(model)
         if lowered is not model:
             twin = lowered_engines() if lowered_engines is not None else engines
-            candidate = plan(lowered, flags, warn=False, cpu_kernels=cpu_kernels, engines=twin)
+            candidate = plan(lowered, flags, warn=False, cpu_kernels=cpu_kernels, engines=twin,
+                             engine_choice=engine_choice)
             if any(_on_fast_engine(p) for p in candidate.partitions) \
                     and _lowered_is_faster(model, candidate, lowered, twin, engines):
                 logger.info("%s: circle-only ops lowered to TFLite builtin ops: %s", model.source,
@@ -616,7 +630,7 @@ def plan_model(model: Model, accelerators: int = CPU, *, warn: bool = True, cpu_
                 engine.forget(lowered)
     # warnings name plan_model's caller, as plan's name its own
     return PlannedModel(plan(model, flags, warn=warn, cpu_kernels=cpu_kernels, engines=engines,
-                             gpu_engine=gpu_engine, stacklevel=3), model, engines)
+                             gpu_engine=gpu_engine, stacklevel=3, engine_choice=engine_choice), model, engines)
 
 
 def _on_fast_engine(p: Partition) -> bool:
@@ -664,7 +678,8 @@ def _lowered_is_faster(model: Model, candidate: DelegationPlan, lowered: Model, 
     return winner == "lowered"
 
 
-def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: dict | None = None) -> DelegationPlan:
+def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: dict | None = None,
+              engine_choice: str = AT_LOAD) -> DelegationPlan:
     if cpu_kernels == "reference":
         reference_refused = _refusals(model, Target.REFERENCE)
         if reference_refused:
@@ -681,7 +696,15 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     known = known_whole_choice(model, whole_engine, ops_engine) if whole_engine is not None and ops_engine is not None else None
     if known is not None and known[0] == whole_engine.name and whole_engine.model_refusal(model) is None:
         logger.info("%s: the official interpreter runs it whole: %s", model.source, known[1])
-        return _litert_whole(model, flags, whole_engine, ops_engine, remember=known[1] == SAME_OPS)
+        return replace(_litert_whole(model, flags, whole_engine, ops_engine, remember=known[1] == SAME_OPS),
+                       choice=known[1])
+    if known is None and engine_choice != AT_LOAD and _would_time(model, whole_engine, ops_engine):
+        logger.info("%s: the official interpreter runs it whole; the engines are %s", model.source,
+                    "timed later" if engine_choice == DEFERRED else "not timed")
+        return replace(_litert_plan(model, flags, whole_engine), choice_settled=False,
+                       choice="the official interpreter until the engines are timed (after as much time in calls "
+                              "as the timing costs)" if engine_choice == DEFERRED else
+                              "the official interpreter, the engines not timed (engine_choice='never')")
 
     def takes_whole() -> bool:
         """Whether the official interpreter loads the model, asked where it matters (it loads the model to answer,
@@ -703,8 +726,9 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
     if whole_engine is None:
         return chosen
     faster, keep = _litert_is_faster(model, chosen, whole_engine, ops_engine, known)
+    how = known[1] if known is not None else _how_chosen(model, chosen, ops_engine)
     if faster and takes_whole():
-        return _litert_whole(model, flags, whole_engine, ops_engine, remember=keep)
+        return replace(_litert_whole(model, flags, whole_engine, ops_engine, remember=keep), choice=how)
     whole_engine.forget(model)  # the interpreter made to time it
     if chosen.is_split and ops_engine is not None and whole_engine.settings_refusal(model) is None:
         mixed = _litert_partitions(model, chosen, whole_engine, ops_engine)
@@ -716,9 +740,28 @@ def _cpu_plan(model: Model, flags: int, cpu_kernels: str = "builtin", engines: d
             ops_engine.forget(model)
             # a warm start plans it without OpenVINO
             TimingMemo(whole_engine, ops_engine).remember(model, WHOLE, whole_engine.name)
-            return _litert_plan(model, flags, whole_engine)
-        return mixed
-    return chosen
+            return replace(_litert_plan(model, flags, whole_engine), choice=how)
+        return replace(mixed, choice=how)
+    return replace(chosen, choice=how) if ops_engine is not None else chosen
+
+
+def _how_chosen(model: Model, chosen: DelegationPlan, ops_engine: Any) -> str:
+    """How ``_litert_is_faster`` and ``_litert_partitions`` chose where nothing was known (``DelegationPlan.choice``):
+    by timing, unless OpenVINO had no part to be timed on or the model is past the size that is timed."""
+    if ops_engine is None or ops_engine.name not in {p.engine for p in chosen.partitions}:
+        return "the official interpreter against litegpu's exact kernels alone: untimed (it is faster on all but big float models)"
+    if model_macs(model) > LITERT_MEASURE_MAX_MACS and {p.engine for p in chosen.partitions} == {ops_engine.name}:
+        return f"a big model (past {LITERT_MEASURE_MAX_MACS / 1e9:.0f} G multiply-accumulates a run): OpenVINO, untimed"
+    return TIMED
+
+
+def _would_time(model: Model, whole_engine: Any, ops_engine: Any) -> bool:
+    """Whether planning ``model`` would time the official interpreter against OpenVINO (or convert it for
+    OpenVINO to find out whether it may): both engines here, the interpreter able to run it whole, no resource
+    variables (their state lives in one engine: the interpreter keeps such a model untimed), and not so big that
+    OpenVINO takes it untimed (``LITERT_MEASURE_MAX_MACS``)."""
+    return whole_engine is not None and ops_engine is not None and not _uses_variables(model) \
+        and model_macs(model) <= LITERT_MEASURE_MAX_MACS and whole_engine.model_refusal(model) is None
 
 
 # Integer ops whose results no engine computes otherwise: they move stored values (the float view's list), look up

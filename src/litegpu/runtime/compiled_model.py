@@ -37,6 +37,10 @@ from .model import Model, SignatureInfo, read, signatures_of
 from .options import HardwareAccelerator, Options, resolve_options
 from .tensor_buffer import TensorBuffer, as_array
 from . import warm_start
+from .._lazy import LazyLogger
+from .engine_choice import CountedBackend, DeferredChoice, uncounted
+
+logger = LazyLogger(__name__)
 
 if TYPE_CHECKING:
     from ..compile import DelegationPlan
@@ -163,6 +167,12 @@ def _model_fingerprint(model: ir.Model) -> str:
     return fingerprint(to_bytes(model, file_format(model.file_format)))
 
 
+def _same_partitions(a: DelegationPlan, b: DelegationPlan) -> bool:
+    """Whether two plans run the same ops on the same engines."""
+    return [(p.subgraph_index, p.op_indices, p.engine) for p in a.partitions] == \
+        [(p.subgraph_index, p.op_indices, p.engine) for p in b.partitions]
+
+
 def open_cache(options: Options) -> Any:
     """The compile cache ``options`` ask for: the directory they name, else the default one
     (``backends.cache.default_cache_dir``); None where it is off."""
@@ -199,6 +209,10 @@ class CompiledModel:
     _warm: warm_start.WarmRecord | None = None
     # where a first start of the plain kind records itself for the next, and the model key that record is for
     _warm_key: tuple[str, dict] | None = None
+    # the engines' timing still to come (``runtime.engine_choice``): None once the choice is made, or where there
+    # was none to make; and the key of the warm-start record of the plan before it (replaced once it is made)
+    _deferred: Any = None
+    _pending_record_key: str | None = None
 
     @functools.cached_property
     def _ir(self) -> ir.Model:
@@ -223,7 +237,12 @@ class CompiledModel:
         self._closed = False
         self._fell_back = False
         self._cache, self._cache_key = self._open_compile_cache(model_digest)
-        self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators))
+        engine_choice = self._options.resolved_engine_choice
+        self._platform, self._plan = self._choose_accelerator(int(self._options.hardware_accelerators),
+                                                              engine_choice)
+        pending = self._pending_choices()
+        if engine_choice == "deferred" and pending is not None:
+            self._deferred = DeferredChoice(settle=self._settle_engine_choice, **pending)
         self._devices = self._sharding_devices()
         if self._platform == "gpu" and self._cache is not None:
             # the float view and the integer kernels are different programs
@@ -253,13 +272,13 @@ class CompiledModel:
         record, key = warm_start.find(model_path, resolved, open_cache(resolved) if warm_start.eligible_options(
             resolved) else None, model_key)
         if record is not None:
-            return cls._started_warm(record, resolved, environment)
+            return cls._started_warm(record, key, resolved, environment)
         model = cls(read(model_path), resolved, environment)
         model._warm_key = (key, model_keys[-1]) if key is not None else None
         return model
 
     @classmethod
-    def _started_warm(cls, record: warm_start.WarmRecord, options: Options,
+    def _started_warm(cls, record: warm_start.WarmRecord, key: str, options: Options,
                       environment: Environment | None) -> "CompiledModel":
         """A model started from its warm-start record: what ``__init__`` sets, without the IR or the plan."""
         from .model import SignatureInfo
@@ -279,6 +298,10 @@ class CompiledModel:
         self._input_shapes = [[self._tensor(s, t).shape for _, t in s.inputs] for s in self._signatures]
         self._signature_positions, self._straight = {}, {}
         record.executable(self._signatures[0].subgraph)  # the interpreter loads the file now, as a first start's
+        if record.choice_pending is not None:
+            self._pending_record_key = key
+            if options.resolved_engine_choice == "deferred":
+                self._deferred = DeferredChoice(settle=self._settle_engine_choice, **record.choice_pending)
         return self
 
     @classmethod
@@ -298,8 +321,9 @@ class CompiledModel:
                    environment: Environment | None = None, options: Options | None = None) -> "CompiledModel":
         return cls(model, resolve_options(options, hardware_accel), environment)
 
-    def _choose_accelerator(self, flags: int) -> tuple[str, DelegationPlan]:
+    def _choose_accelerator(self, flags: int, engine_choice: str) -> tuple[str, DelegationPlan]:
         from ..compile import CPU, GPU, LOWERED_CACHE_KEY, NPU, plan_model
+        from ..compile.choices import AT_LOAD
 
         if flags & NPU and not flags & (CPU | GPU):
             raise AcceleratorUnavailableError("litegpu has no NPU backend; use HardwareAccelerator.GPU and/or "
@@ -319,19 +343,18 @@ class CompiledModel:
                 reasons.append(missing)
         # One warning for a fallback: what the CPU plan has to say joins it.
         # Planned on what XLA will compile: a rewrite may turn ops XLA refuses into ones it takes.
-        self._cpu_engines = self._engines()
+        self._cpu_engines = self._engines(untimed=engine_choice != AT_LOAD)
         planned = plan_model(self._gpu_planned_ir(), wanted, warn=not reasons,
                              cpu_kernels=self._cpu_kernels(wanted), engines=self._cpu_engines,
                              gpu_engine=self._gpu_engine,
-                             lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
+                             lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}),
+                             engine_choice=engine_choice)
         if self._gpu_engine is not None and planned.plan.engine != self._gpu_engine.name:
             # kept on the CPU after all (refused ops in a model with variables): the CPU's exact kernels, not the
             # GPU's float view, which the plan was made on
             self._gpu_engine = None
-            self._cpu_engines = self._engines()
-            planned = plan_model(self._xla_ir, CPU, warn=False, cpu_kernels=self._cpu_kernels(CPU),
-                                 engines=self._cpu_engines,
-                                 lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}))
+            self._cpu_engines = self._engines(untimed=engine_choice != AT_LOAD)
+            planned = self._cpu_planned(self._cpu_engines, engine_choice)
         chosen, self._planned_ir, self._cpu_engines = planned.plan, planned.model, planned.engines
         if planned.lowered and self._cache is not None:  # its partitions index the lowered model's ops
             self._cache_key = {**self._cache_key, **LOWERED_CACHE_KEY}
@@ -342,6 +365,106 @@ class CompiledModel:
         # the file's ops are what node data names (``DelegationPlan.node_data``)
         return ("gpu" if chosen.accelerator == "GPU" else "cpu"), \
             dataclasses.replace(chosen, file_model=self._ir)
+
+    def _cpu_planned(self, engines: dict, engine_choice: str) -> Any:
+        """The model planned on the CPU alone with ``engines`` (``compile.plan_model``)."""
+        from ..compile import CPU, LOWERED_CACHE_KEY, plan_model
+
+        return plan_model(self._xla_ir, CPU, warn=False, cpu_kernels=self._cpu_kernels(CPU), engines=engines,
+                          lowered_engines=lambda: self._engines({**self._cache_key, **LOWERED_CACHE_KEY}),
+                          engine_choice=engine_choice)
+
+    # ---- the deferred engine choice (runtime.engine_choice) ---------------------------------------
+    @property
+    def engine_choice_settled(self) -> bool:
+        """Whether the plan is final for this process: False while the model runs on the official interpreter
+        until its engines are timed (``Options.engine_choice="deferred"``, the default, for a model whose engine
+        is not known without timing); ``plan.choice`` says how and when the choice was made.  A benchmark of the
+        steady state measures once this is True (``settle_engine_choice`` gets it there at once)."""
+        return self._deferred is None
+
+    def settle_engine_choice(self) -> None:
+        """Time the engines now where the choice is still to be made (the plan may change engine); else nothing."""
+        self._settle_engine_choice()
+
+    def _settle_engine_choice(self) -> None:
+        """The deferred timing, between two calls under the model's lock: the engines planned and timed as a
+        load-time timing would (the verdict kept in the compile cache; a process timing the same model waits for
+        it and reads it), and the model moved to the plan that comes out where it differs."""
+        with self._lock:
+            deferred, self._deferred = self._deferred, None
+            if deferred is None or self._closed:
+                return
+            from ..compile.choices import AT_LOAD, TIMED
+            from ..errors import LiteGpuError
+
+            old = self._plan  # a warm start reads the IR and its plan here
+            self._replace_pending_record()
+            try:
+                planned = self._cpu_planned(self._engines(), AT_LOAD)
+            except LiteGpuError as e:  # the official interpreter, which ran every call so far, keeps the model
+                logger.warning("%s: the engines could not be timed (%s): the official interpreter keeps it",
+                               self._ir.source, e)
+                self._plan = dataclasses.replace(old, choice=f"the official interpreter: the timing {deferred.when()} "
+                                                 f"failed ({e})", choice_settled=True)
+                self._stop_counting()
+                return
+            new = planned.plan
+            if deferred.engines:
+                choice = f"timed {deferred.when()}" if new.choice == TIMED else f"{new.choice} (found {deferred.when()})"
+            else:
+                choice = f"{new.choice}; its thread count timed {deferred.when()}"
+            logger.info("%s: engine choice %s: %s", self._ir.source, choice, new.engine_summary())
+            if not planned.lowered and _same_partitions(old, new) and not deferred.threads:
+                self._plan = dataclasses.replace(old, choice=choice, choice_settled=True)
+                self._stop_counting()
+                return
+            self._plan = dataclasses.replace(new, file_model=self._ir, choice=choice, requested=old.requested,
+                                             unsupported=old.unsupported,
+                                             notes=old.notes + tuple(n for n in new.notes if n not in old.notes))
+            self._planned_ir, self._cpu_engines = planned.model, planned.engines
+            if planned.lowered and self._cache is not None:
+                from ..compile import LOWERED_CACHE_KEY
+
+                self._cache_key = {**self._cache_key, **LOWERED_CACHE_KEY}
+            # the next call makes the new plan's programs (and records the start for the next); a call running on
+            # the old ones (a straight path runs outside the lock) finishes on them
+            self._warm = None
+            self._straight.clear()
+            self._backends.clear()
+            self._state = self._whole_engine = None
+
+    def _pending_choices(self) -> dict | None:
+        """What is still to be timed (``DeferredChoice``'s arguments): the engines against each other (the plan's
+        choice not settled), an engine's own choice (``Engine.choice_pending``); None: nothing."""
+        engines = not self._plan.choice_settled
+        threads = any(e.choice_pending for e in (getattr(self, "_cpu_engines", None) or {}).values())
+        if not engines and not threads:
+            return None
+        from ..ir.macs import model_macs
+
+        return {"macs": model_macs(self._planned_ir), "engines": engines, "threads": threads}
+
+    def _replace_pending_record(self) -> None:
+        """The warm-start record of the plan before the choice, dropped: the next start that is not warm finds
+        the kept verdict, and this model records its plan in its place where it can."""
+        key, self._pending_record_key = self._pending_record_key, None
+        if key is not None and self._cache is not None:
+            self._cache.remove(key)
+            self._warm_key = (key, self._cache_key)
+
+    def _stop_counting(self) -> None:
+        """The model's backends as they are, no longer counted, their straight paths opened again; the choice
+        made, the start is recorded for the next."""
+        self._straight.clear()
+        for s in self._signatures:
+            backend = self._backends.get(s.index)
+            if backend is not None:
+                self._backends[s.index] = backend = uncounted(backend)
+                self._open_straight_path(s, backend)
+        first = next(iter(self._backends.values()), None)
+        if first is not None and self._warm_key is not None:
+            self._remember_warm_start(first)
 
     def _find_gpu_engine(self) -> tuple[Any, str | None]:
         """(the GPU's engine: None for XLA, else an engine of the registry's, such as IREE's; why there is no GPU,
@@ -637,6 +760,8 @@ class CompiledModel:
             backend = self._backends.get(s.index)
             if backend is None:
                 backend = self._make_backend(s.subgraph)
+                if self._deferred is not None:
+                    backend = CountedBackend(backend, self._deferred)
                 self._backends[s.index] = backend
                 self._open_straight_path(s, backend)
                 if self._warm_key is not None:
@@ -668,10 +793,10 @@ class CompiledModel:
             return None, {}
         return cache, model_cache_key(self._ir, self._options.cache_token or digest)
 
-    def _engines(self, cache_key: dict | None = None) -> dict[str, Any]:
+    def _engines(self, cache_key: dict | None = None, untimed: bool = False) -> dict[str, Any]:
         """The CPU engines the planner may ask, holding this model's compile cache (OpenVINO's answer on
         which ops it converts, and which engine ran the model faster, are cached there too); ``cache_key``
-        overrides the model's (a rewritten model's entries kept apart)."""
+        overrides the model's (a rewritten model's entries kept apart); ``untimed``: ``Engine.untimed``."""
         if self._options.cpu_options.kernels != "fast":
             return {}
         from ..backends.registry import fast_cpu_engines
@@ -682,6 +807,8 @@ class CompiledModel:
         found = fast_cpu_engines(self._engine_settings(), self._ir.tflite_file, self._cache, key,
                                  whole_file=whole_file)
         allowed = self._options.cpu_options.engines
+        for engine in found.values():
+            engine.untimed = untimed
         return found if allowed is None else {name: e for name, e in found.items() if name in allowed}
 
     def _engine_settings(self) -> Any:
@@ -718,7 +845,10 @@ class CompiledModel:
         # the key the record was looked up under describes this model: the same bytes (a file replaced between the
         # lookup and the read is not recorded), the same code, no key of a rewritten model's entries
         if not self._fell_back and self._devices is None and self._cache_key == model_key:
-            warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend)
+            pending = self._pending_choices()
+            if warm_start.remember(self._cache, key, self._ir, self._plan, self._signatures, backend, pending) \
+                    and pending is not None:
+                self._pending_record_key = key
 
     def _make_backend(self, subgraph: int) -> Any:
         """The program of one subgraph: the whole-model engine's own where it runs whole subgraphs (XLA, the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import re
 from typing import Any
 
@@ -157,6 +158,18 @@ class GpuOptions:
             self.precision = "fp32"
 
 
+# When the fast CPU path times its engines where the choice is not known (``Options.engine_choice``); the first
+# is the default.
+ENGINE_CHOICES = ("deferred", "load", "never")
+ENGINE_CHOICE_ENV = "LITEGPU_ENGINE_CHOICE"
+
+
+def check_engine_choice(choice: str | None, where: str) -> str | None:
+    if choice is not None and choice not in ENGINE_CHOICES:
+        raise InvalidArgumentError(f"{where} is one of {', '.join(map(repr, ENGINE_CHOICES))}, not {choice!r}")
+    return choice
+
+
 def check_model_token(token: str | None) -> str | None:
     """A model token becomes part of cache keys and file names: see ``validate_model_token``."""
     return None if token is None else validate_model_token(token)
@@ -168,12 +181,19 @@ class Options:
     The compile cache is on by default: ``serialization_dir`` names its directory (default: ``$LITEGPU_CACHE_DIR``,
     else the user's cache directory, ``~/.cache/litegpu`` on Linux); ``compile_cache=False`` (or
     ``LITEGPU_CACHE_DIR=""``) turns it off.  ``model_token`` names the model in it (default: a hash of its bytes).
+
+    ``engine_choice``: when the fast CPU path times the official interpreter against OpenVINO for a model whose
+    engine is not known without timing (``compile.choices``): "deferred" (default: the model starts on the
+    official interpreter and the engines are timed once its calls have taken as long as the timing would,
+    ``runtime.engine_choice``), "load" (timed while loading: the final plan at once, as a steady-state benchmark
+    wants) or "never" (the official interpreter unless the choice is known).  None: ``$LITEGPU_ENGINE_CHOICE``,
+    else "deferred".
     """
 
     def __init__(self, hardware_accelerators: HardwareAccelerator | int = HardwareAccelerator.CPU,
                  cpu_options: CpuOptions | None = None, gpu_options: GpuOptions | None = None,
                  serialization_dir: str | None = None, model_token: str | None = None, devices: Any = None,
-                 compile_cache: bool = True, **vendor_options: Any):
+                 compile_cache: bool = True, engine_choice: str | None = None, **vendor_options: Any):
         try:
             flags = int(hardware_accelerators)
         except (TypeError, ValueError):
@@ -189,6 +209,7 @@ class Options:
         if not isinstance(compile_cache, bool):
             raise InvalidArgumentError(f"compile_cache is True or False, not {compile_cache!r}")
         self.compile_cache = compile_cache
+        self.engine_choice = check_engine_choice(engine_choice, "engine_choice")
         # litegpu's: several devices of the accelerator ("all", a count, indices or JAX devices); the big
         # matrix weights are split over them and the KV cache by head (litegpu.backends.sharding)
         if devices is not None and not isinstance(devices, (str, int, list, tuple)):
@@ -232,7 +253,16 @@ class Options:
         return (f"Options(hardware_accelerators={self.hardware_accelerators!r}, cpu_options={self._cpu_options!r}, "
                 f"gpu_options={self._gpu_options!r}, serialization_dir={self.serialization_dir!r}, "
                 f"model_token={self.model_token!r}" + ("" if self.compile_cache else ", compile_cache=False")
-                + (f", devices={self.devices!r})" if self.devices is not None else ")"))
+                + (f", devices={self.devices!r}" if self.devices is not None else "")
+                + (f", engine_choice={self.engine_choice!r})" if self.engine_choice is not None else ")"))
+
+    @property
+    def resolved_engine_choice(self) -> str:
+        """The engine choice in force: ``engine_choice``, else ``$LITEGPU_ENGINE_CHOICE``, else "deferred"."""
+        if self.engine_choice is not None:
+            return self.engine_choice
+        from_env = os.environ.get(ENGINE_CHOICE_ENV, "").strip().lower()
+        return check_engine_choice(from_env, f"${ENGINE_CHOICE_ENV}") if from_env else ENGINE_CHOICES[0]
 
 
 def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator | int | None) -> Options:
@@ -251,5 +281,5 @@ def resolve_options(options: Options | None, hardware_accel: HardwareAccelerator
     return Options(HardwareAccelerator.CPU if hardware_accel is None else hardware_accel)
 
 
-__all__ = ["CPU_PRECISIONS", "CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options",
+__all__ = ["CPU_PRECISIONS", "ENGINE_CHOICES", "ENGINE_CHOICE_ENV", "CpuKernelMode", "CpuOptions", "GpuOptions", "HardwareAccelerator", "Options",
            "PRECISIONS", "check_model_token", "fast_engines", "gpu_engines", "resolve_options"]

@@ -153,6 +153,9 @@ class WarmRecord:
         self.signatures = [(str(s["key"]), int(s["subgraph"]), tuple((str(n), int(t)) for n, t in s["inputs"]),
                             tuple((str(n), int(t)) for n, t in s["outputs"])) for s in record["signatures"]]
         self._plan = str(record["plan"])
+        # what the start that recorded it left to be timed (``runtime.engine_choice.DeferredChoice``'s arguments),
+        # or None
+        self.choice_pending = record.get("choice_pending")
 
     def model(self) -> Any:
         """The model's IR, read from the file now: a file changed since the start is an error, not a silent
@@ -250,10 +253,11 @@ def find(path: Any, options: Any, cache: Any, model_key_of: Any) -> tuple[WarmRe
         return None, key
 
 
-def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backend: Any) -> bool:
+def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backend: Any,
+             choice_pending: dict | None = None) -> bool:
     """Store the record of a first start whose plan runs ``model`` whole on an engine that can make its executable
     again from the file alone (``Engine.file_record``; ``backend``: the first signature's, made); False where the
-    start is not of that kind."""
+    start is not of that kind.  ``choice_pending``: what the start left to be timed (``runtime.engine_choice``)."""
     from ..backends import registry
 
     if plan.accelerator != "CPU" or plan.is_split or plan.unsupported or plan.notes or not model.source:
@@ -287,7 +291,7 @@ def remember(cache: Any, key: str, model: Any, plan: Any, signatures: Any, backe
         logger.info("%s: no warm-start record: the plan cannot be kept (%s)", model.source, e)
         return False
     record = {"version": RECORD_VERSION, "engine": plan.engine, "engine_version": engine.version(),
-              "engine_record": engine_record, "subgraphs": subgraphs,
+              "engine_record": engine_record, "subgraphs": subgraphs, "choice_pending": choice_pending,
               "signatures": [{"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs}
                              for s in signatures],
               "plan": base64.b64encode(pickled).decode()}
