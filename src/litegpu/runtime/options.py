@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-import re
 from typing import Any
 
 from ..compile.precision import PRECISIONS, precision_policy
 from ..backends import registry
 from ..backends.cache import validate_model_token
-from ..errors import CacheError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 
 class HardwareAccelerator(enum.IntFlag):
