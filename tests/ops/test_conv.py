@@ -324,6 +324,25 @@ def test_a_first_layer_on_an_image_keeps_the_builtin_order_past_the_in_order_lim
     assert_builtin_bits(read_model(to_bytes(b.build())), [random_input((1, 32, 32, 3), seed=8)])
 
 
+def test_a_convolution_in_the_stem_keeps_the_builtin_order_past_the_in_order_limit(monkeypatch):
+    """A convolution with a 64x64 output or larger (a CNN's stem: InceptionV3's 3x3 convolutions at 147x147 and
+    71x71, 199 M to 697 M multiply-adds, past IN_ORDER_MAX_MACS; XLA's order in its first one alone put the model
+    2.1e-5 of its largest output from the builtin kernels') sums in the builtin order up to
+    STEM_IN_ORDER_MAX_MACS; the limit is lowered here so that a small one stands for it."""
+    import litegpu.ops.conv as conv
+
+    monkeypatch.setattr(conv, "IN_ORDER_MAX_MACS", 1000)
+    rng = np.random.default_rng(9)
+    b = ModelBuilder()
+    x = b.input("x", (1, 66, 66, 16))
+    k = b.constant("w", rng.standard_normal((16, 3, 3, 16)).astype(np.float32))
+    bias = b.constant("bias", rng.standard_normal(16).astype(np.float32))
+    y = b.tensor("y", (1, 64, 64, 16))
+    b.op("CONV_2D", [x, k, bias], [y], padding="VALID", stride_h=1, stride_w=1, fused_activation_function="RELU")
+    b.output(y)
+    assert_builtin_bits(read_model(to_bytes(b.build())), [random_input((1, 66, 66, 16), seed=10)])
+
+
 @pytest.mark.parametrize("multiplier,stride,padding", [(1, 1, "SAME"), (1, 2, "SAME"), (2, 1, "VALID")])
 def test_float_depthwise_equals_the_builtin_kernel_bit_for_bit(multiplier, stride, padding):
     """The builtin float DEPTHWISE_CONV_2D starts each output at its bias and adds the taps in order."""
