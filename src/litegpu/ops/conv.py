@@ -134,7 +134,7 @@ def _reads_an_image(w_shape: tuple) -> bool:
     return cin_g <= 4 and kh * kw <= MAX_IM2COL_TAPS
 
 
-# A convolution whose output has at least this many pixels an image sits in a CNN's stem, before it halves its
+# A convolution whose output has at least this many pixels per image sits in a CNN's stem, before it halves its
 # resolution a few times; with this many multiply-adds at most it sums in the builtin order past IN_ORDER_MAX_MACS.
 STEM_MIN_PIXELS = 64 * 64
 STEM_IN_ORDER_MAX_MACS = 1 << 30
@@ -142,13 +142,13 @@ STEM_IN_ORDER_MAX_MACS = 1 << 30
 
 def _in_the_stem(out_hw: tuple) -> bool:
     """A high-resolution convolution: its rounding reaches the most elements of every layer after it.  Measured
-    on Keras InceptionV3 float32, each convolution past IN_ORDER_MAX_MACS summed in XLA's order alone, the rest in
-    the builtin order (BENCHMARKS.md, "InceptionV3 in the builtin order"): its first 3x3 after the image (147x147
-    output, 199 M multiply-adds) put the model 2.1e-5 of its largest output from the builtin kernels' (outside the
-    rule: all of them together gave 2.1e-5 too), a 35x35 one 4.8e-6, a 17x17 or 8x8 one 7e-7; with the three
-    stem convolutions (147x147 and 71x71) in order and the 27 others in XLA's, 6.0e-6.  ResNet50, DenseNet121 and
-    ConvNeXt leave their stems at 56x56, under this size: their 3x3 convolutions (115.6 M multiply-adds each,
-    1.6x the steady call in order) keep XLA's."""
+    on Keras InceptionV3 float32, one convolution past IN_ORDER_MAX_MACS in XLA's order, all others in the
+    builtin order (BENCHMARKS.md, "InceptionV3 in the builtin order"): its first 3x3 after the image (147x147
+    output, 199 M multiply-adds) alone put the model 2.1e-5 of its largest output from the builtin kernels'
+    (outside the rule, as far as all 24 together), a 35x35 one 4.8e-6, a 17x17 or 8x8 one 7e-7; the three stem
+    convolutions (147x147 and 71x71) in order and the 21 others in XLA's, 6.0e-6, at 1.44x the steady call and
+    the same first call.  ResNet50, DenseNet121 and ConvNeXt leave their stems at 56x56, under this size: their
+    3x3 convolutions (115.6 M multiply-adds each; 1.6x the steady call in order) keep XLA's."""
     return out_hw[0] * out_hw[1] >= STEM_MIN_PIXELS
 
 
