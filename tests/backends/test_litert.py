@@ -291,8 +291,8 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
     np.testing.assert_allclose(list(cm.run([x]).values())[0], official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.92, "litert"),
-                                                  (0.85, "openvino")])
+@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.96, "litert"),
+                                                  (0.92, "openvino"), (0.85, "openvino")])
 def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
     pytest.importorskip("openvino")
     time_every_model(monkeypatch)
@@ -571,7 +571,10 @@ def timings_giving(*timings):
     (([1.5, 1.4, 1.6, 1.5, 1.4, 1.6],), "litert", 1),
     (([0.98, 0.99, 0.985, 1.0, 0.99, 0.98],), "litert", 1),   # a tie goes to the official default at once
     (([0.85, 0.87, 0.86, 0.85, 0.86, 0.87],), "openvino", 1),  # 15 % apart, every round agreeing
-    (([0.92, 0.93, 0.925, 0.92, 0.93, 0.92],), "litert", 1),   # 8 %: a tie once OpenVINO's start-up is counted
+    (([0.96, 0.97, 0.965, 0.96, 0.97, 0.96],), "litert", 1),   # 4 %: a tie once OpenVINO's start-up is counted
+    # 8 %: beyond the tie margin, which leaves the timing's error room under issue 38's 0.9x bar (Keras
+    # MobileNetV2 b8: timed 0.91-0.96 in every first start, 0.83-0.89 alone)
+    (([0.92, 0.93, 0.925, 0.92, 0.93, 0.92],), "openvino", 1),
     # a big model's timing of three rounds cannot decide alone: its median is one round (ConvNeXt-tiny at load
     # 10: three rounds kept XNNPACK, 2x slower than OpenVINO alone, for good); timed again, the rounds pooled
     (([1.5, 1.4, 1.6], [1.5, 1.4, 1.6]), "litert", 2),
@@ -579,9 +582,9 @@ def timings_giving(*timings):
     # ... and where the pooled rounds still disagree, a far faster median goes to that engine, not kept
     (([1.4, 1.3, 1.2], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), "openvino", 3),
     # the load made the rounds disagree (MnasNet 0.5 on the loaded machine: either engine faster in a round):
-    # timed again, the rounds pooled: a pooled median within TIE_MARGIN (0.95 here) keeps the official
+    # timed again, the rounds pooled: a pooled median within TIE_MARGIN (0.99 here) keeps the official
     # interpreter, decided ...
-    (([0.5, 1.0, 1.4, 0.9], [0.8, 2.0, 0.6, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 2),
+    (([0.5, 1.0, 1.4, 0.98], [0.8, 2.0, 0.6, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 2),
     # ... and the other engine where it is further ahead (0.85)
     (([0.4, 0.9, 1.3, 0.8], [0.7, 2.0, 0.5, 0.9], [0.6, 1.4, 0.8, 1.1]), "openvino", 3),
     # ... or the pooled rounds do tell: the other engine faster in most of them by far
@@ -604,7 +607,7 @@ def test_a_verdict_the_rounds_could_not_decide_is_timed_again_at_the_next_start(
 
     def disagreeing(candidates, **kwargs):  # ``timing.timed_rounds`` on a loaded machine: either engine faster
         calls.append(sorted(candidates))
-        # OpenVINO over 10 % faster in the median (the 0.9x bound), not in three rounds of four: undecided
+        # OpenVINO more than TIE_MARGIN faster in the median, not in three rounds of four: undecided
         return {"litert": [1.0] * 4, "openvino": [0.5, 0.8, 1.4, 0.85]}
 
     monkeypatch.setattr("litegpu.backends.timing.timed_rounds", disagreeing)
