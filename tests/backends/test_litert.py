@@ -621,3 +621,61 @@ def test_a_verdict_the_rounds_could_not_decide_is_timed_again_at_the_next_start(
 def test_an_engine_that_could_not_be_timed_leaves_the_other_the_verdict():
     assert litert_backend._clear_verdict({"openvino": [1.0, 1.0, 1.0]}) == "openvino"
     assert litert_backend._clear_verdict({"litert": [1.0, 1.0, 1.0]}) == "litert"
+
+
+def _litert_model_from_file(monkeypatch, tmp_path, threads=2):
+    """small_mlp() written to a file and run on the official interpreter with ``threads`` threads, and the
+    interpreter litegpu built for it (after a first run, which opens the straight path to it)."""
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # the count asked for, not a timed one
+    path = tmp_path / "mlp.tflite"
+    path.write_bytes(small_mlp())
+    options = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(num_threads=threads, engines=("litert",)),
+                              serialization_dir=str(tmp_path / "cache"))
+    model = litegpu.CompiledModel.from_file(str(path), options)
+    x = np.random.default_rng(5).normal(size=(1, 16)).astype(np.float32)
+    model.run([x])
+    return path, model, model._straight[0].run.__self__.shared, x
+
+
+def test_xnnpack_gets_the_users_file_with_the_official_options(monkeypatch, tmp_path):
+    """Issue 38: litegpu's interpreter is the one a user would build: the file itself (not a rewritten copy), the
+    thread count asked for, the default delegate over the same ops and tensors."""
+    path, _, shared, _ = _litert_model_from_file(monkeypatch, tmp_path)
+    assert shared.file is not None and Path(shared.file).samefile(path) and shared.threads == 2
+    bare = litert.Interpreter(model_path=str(path), num_threads=2)
+    bare.allocate_tensors()
+    ops = [(d["op_name"], tuple(d["inputs"]), tuple(d["outputs"])) for d in bare._get_ops_details()]
+    assert [(d["op_name"], tuple(d["inputs"]), tuple(d["outputs"])) for d in shared.interpreter._get_ops_details()] \
+        == ops and any(name == "DELEGATE" for name, _, _ in ops)
+    assert len(shared.interpreter.get_tensor_details()) == len(bare.get_tensor_details())
+
+
+class _RecordingWrapper:
+    """The interpreter's wrapper, each call of the entry points a run uses recorded with its arguments and result."""
+
+    def __init__(self, wrapper):
+        self.wrapper, self.calls = wrapper, []
+
+    def __getattr__(self, name):
+        found = getattr(self.wrapper, name)
+        if name not in ("SetTensor", "Invoke", "GetTensor"):
+            return found
+
+        def recorded(*args):
+            result = found(*args)
+            self.calls.append((name, args, result))
+            return result
+
+        return recorded
+
+
+def test_a_run_copies_each_input_in_and_each_output_out_once(monkeypatch, tmp_path):
+    """Issue 38: litegpu's call does what the official loop does and no more: the caller's array itself handed to
+    ``SetTensor`` (no conversion first), one ``Invoke``, one ``GetTensor`` per output returned as it came."""
+    _, model, shared, x = _litert_model_from_file(monkeypatch, tmp_path)
+    recorder = _RecordingWrapper(shared.wrapper)
+    monkeypatch.setattr(shared, "wrapper", recorder)
+    (y,) = model.run([x]).values()
+    assert [name for name, _, _ in recorder.calls] == ["SetTensor", "Invoke", "GetTensor"]
+    assert recorder.calls[0][1][1] is x and recorder.calls[2][2] is y and y.flags.owndata
+    np.testing.assert_allclose(y, official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)
