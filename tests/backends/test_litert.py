@@ -582,14 +582,17 @@ def timings_giving(*timings):
     # ... and where the pooled rounds still disagree, a far faster median goes to that engine, not kept
     (([1.4, 1.3, 1.2], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), "openvino", 3),
     # the load made the rounds disagree (MnasNet 0.5 on the loaded machine: either engine faster in a round):
-    # timed again, the rounds pooled: a pooled median within TIE_MARGIN (0.99 here) keeps the official
-    # interpreter, decided ...
-    (([0.5, 1.0, 1.4, 0.98], [0.8, 2.0, 0.6, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 2),
+    # timed again, the rounds pooled: a pooled median within TIE_MARGIN keeps the official interpreter, decided
+    # where OpenVINO was not far ahead in a quarter of the rounds ...
+    (([0.5, 1.0, 1.4, 0.98], [0.95, 2.0, 0.92, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 2),
+    # ... and not decided where it was (Keras DenseNet-121 at load 9: OpenVINO 0.7x in some rounds, 1.6x in
+    # others, 0.78x alone): the official interpreter for this start only, timed again at the next
+    (([0.5, 1.0, 1.4, 0.98], [0.8, 2.0, 0.6, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 3),
     # ... and the other engine where it is further ahead (0.85)
     (([0.4, 0.9, 1.3, 0.8], [0.7, 2.0, 0.5, 0.9], [0.6, 1.4, 0.8, 1.1]), "openvino", 3),
     # ... or the pooled rounds do tell: the other engine faster in most of them by far
     (([0.4, 0.9, 1.3, 0.8], [0.7, 0.6, 0.5, 0.8]), "openvino", 2),
-    (([0.4, 0.9, 1.3, 0.8], [1.2, 1.1, 1.3, 1.0]), "litert", 2),
+    (([0.95, 0.9, 1.3, 0.8], [1.2, 1.1, 1.3, 1.0]), "litert", 2),
 ])
 def test_the_verdict_is_the_one_the_rounds_agree_on(timings, winner, count):
     timed, calls = timings_giving(*timings)
