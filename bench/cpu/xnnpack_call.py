@@ -84,31 +84,14 @@ class ThreadOwners:
 
 # ---- the variants -------------------------------------------------------------------------------------
 
-def litegpu_model(path: Path, threads: int, engines_allowed: tuple[str, ...] | None):
-    import litegpu
-
-    cpu = litegpu.CpuOptions(num_threads=threads, engines=engines_allowed)
-    return litegpu.CompiledModel.from_file(str(path), options=litegpu.Options(
-        litegpu.HardwareAccelerator.CPU, cpu_options=cpu, serialization_dir=tempfile.mkdtemp()))
+def litegpu_runner(path: Path, inputs: list, threads: int, engines_allowed: tuple[str, ...] | None):
+    """(run, model): litegpu's ``CompiledModel`` on a first start (an empty compile cache of its own)."""
+    return engines._litegpu_runner(path, inputs, threads, exact=False, cache_dir=tempfile.mkdtemp(),
+                                   engines_allowed=engines_allowed)
 
 
 def on_xnnpack(model) -> bool:
     return set(model.plan.ops_per_engine()) == {"litert"}
-
-
-def litegpu_runner(model, path: Path, inputs: list):
-    """``run()`` in the official interpreter's input and output order (``engines._litegpu_runner``'s)."""
-    probe = harness.official_interpreter(path, allocate=False)
-    by_index = dict(zip((d["index"] for d in probe.get_input_details()), inputs))
-    feed = {name: by_index[d["index"]] for name, d in model.get_input_tensor_details(0).items()}
-    out_names = {d["index"]: name for name, d in model.get_output_tensor_details(0).items()}
-    order = [out_names[d["index"]] for d in probe.get_output_details()]
-
-    def run() -> list[np.ndarray]:
-        result = model.run(feed)
-        return [result[name] for name in order]
-
-    return run
 
 
 def litegpu_interpreter(model):
@@ -165,13 +148,13 @@ def measure(path: Path, threads: int, rounds: int, with_openvino: bool) -> dict:
     runners["bare_first"] = owners.made_by("bare_first", lambda: harness.official_runner(path, inputs, threads)[0])
     if with_openvino:
         runners["openvino"] = owners.made_by("openvino", lambda: engines._openvino_runner(path, inputs, threads))
-    model = owners.made_by("litegpu", lambda: litegpu_model(path, threads, None))
+    run, model = owners.made_by("litegpu", lambda: litegpu_runner(path, inputs, threads, None))
     row: dict = {"model": path.stem, "threads": threads, "default_plan": model.plan.engine_summary(),
                  "load_before": round(os.getloadavg()[0], 1)}
     if not on_xnnpack(model):
-        model = owners.made_by("litegpu", lambda: litegpu_model(path, threads, ("litert",)))
+        run, model = owners.made_by("litegpu", lambda: litegpu_runner(path, inputs, threads, ("litert",)))
         row["forced_plan"] = model.plan.engine_summary()
-    runners["litegpu"] = litegpu_runner(model, path, inputs)
+    runners["litegpu"] = run
     runners["litegpu"]()  # the straight path to the interpreter opens at the first run
     shared = litegpu_interpreter(model)
     if shared is not None:

@@ -74,11 +74,11 @@ THREAD_TIMING_S = 0.1
 # encoder (BENCHMARKS.md, "Start-up: OpenVINO's warm start").  5 %, not the 10 % that issue 38's rule (no model
 # under 0.9x of the faster engine's steady call) would allow with an exact timing: a first start's median of six
 # to nine rounds is a few per cent off the steady ratio, so a 10 % margin kept Keras MobileNetV2 at batch 8 on
-# XNNPACK in every first start (timed medians 0.91-0.96 of XNNPACK's; OpenVINO alone 0.83-0.89 of it: 0.89 of
-# the faster engine, under the bar).  Half the bar's room is left to the timing's error.
+# XNNPACK in five first starts of five (timed medians 0.91-0.96 of XNNPACK's; OpenVINO alone 0.83-0.89 of it:
+# 0.89 of the faster engine, under the bar).  Half the bar's room is left to the timing's error.
 TIE_MARGIN = 0.05
 # One thread against the count asked for: a tie (within this) goes to one thread, the same time on a fraction of the
-# CPU; the engines' 10 % (start-up counted) would give a model one thread where two run it up to 10 % faster.
+# CPU; the engines' TIE_MARGIN (start-up counted) would give a model one thread where two run it faster by as much.
 THREAD_TIE_MARGIN = 0.03
 # A timing whose rounds cannot tell the engines apart (``_clear_verdict``) is followed by another, up to
 # CLOSE_TIMINGS in all, their rounds pooled; still undecided, the official interpreter keeps the model (issue 38).
