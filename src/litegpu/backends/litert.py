@@ -416,8 +416,8 @@ def _clear_verdict(rounds: dict[str, list[float]]) -> str | None:
     median) and the other engine is not far ahead (``FAR_AHEAD``) in a quarter of them (the lower quartile): a tie
     goes to it, as its outputs are the official default's and a warm start need not import the other engine.
     Between the two, the load made the rounds disagree: a median alone gave a verdict that a moment's load had
-    chosen (Keras DenseNet-121 and MobileNetV2 b8 at load 9: six rounds with OpenVINO 1.6x slower in some and 0.7x
-    in others kept XNNPACK, 0.78x and 0.87x of OpenVINO alone; issue 38)."""
+    chosen (Keras MobileNetV2 b8 at load 9: six rounds with OpenVINO 1.6x slower in some and 0.75x in others kept
+    XNNPACK, 0.87x of OpenVINO alone; DenseNet-121 b1 0.78x in another start; issue 38)."""
     import statistics
 
     from .timing import paired_ratios
