@@ -56,11 +56,13 @@ def _openvino_runner(path: Path, inputs: list[np.ndarray], threads: int):
     return run
 
 
-def _litegpu_runner(path: Path, inputs: list[np.ndarray], threads: int, exact: bool, cache_dir: str | None = None):
-    """Inputs and outputs in the official interpreter's order (subgraph 0's), matched by tensor index."""
+def _litegpu_runner(path: Path, inputs: list[np.ndarray], threads: int, exact: bool, cache_dir: str | None = None,
+                    engines_allowed: tuple[str, ...] | None = None):
+    """Inputs and outputs in the official interpreter's order (subgraph 0's), matched by tensor index;
+    ``engines_allowed``: ``CpuOptions.engines``."""
     import litegpu
 
-    cpu = litegpu.CpuOptions(num_threads=threads,
+    cpu = litegpu.CpuOptions(num_threads=threads, engines=engines_allowed,
                              kernel_mode=litegpu.CpuKernelMode.BUILTIN if exact else None)
     # the engines timed while loading (``Options.engine_choice``): the runs measured are the settled choice's, and
     # the zoo benchmark's first start includes the timing, as before the choice was deferred

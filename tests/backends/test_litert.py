@@ -298,8 +298,8 @@ def test_against_openvino_the_faster_engine_is_measured(monkeypatch, winner):
     np.testing.assert_allclose(list(cm.run([x]).values())[0], official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.92, "litert"),
-                                                  (0.85, "openvino")])
+@pytest.mark.parametrize("openvino_ms, chosen", [(1.0, "litert"), (0.98, "litert"), (0.96, "litert"),
+                                                  (0.92, "openvino"), (0.85, "openvino")])
 def test_a_tie_goes_to_the_official_interpreter(monkeypatch, openvino_ms, chosen):
     pytest.importorskip("openvino")
     time_every_model(monkeypatch)
@@ -578,7 +578,10 @@ def timings_giving(*timings):
     (([1.5, 1.4, 1.6, 1.5, 1.4, 1.6],), "litert", 1),
     (([0.98, 0.99, 0.985, 1.0, 0.99, 0.98],), "litert", 1),   # a tie goes to the official default at once
     (([0.85, 0.87, 0.86, 0.85, 0.86, 0.87],), "openvino", 1),  # 15 % apart, every round agreeing
-    (([0.92, 0.93, 0.925, 0.92, 0.93, 0.92],), "litert", 1),   # 8 %: a tie once OpenVINO's start-up is counted
+    (([0.96, 0.97, 0.965, 0.96, 0.97, 0.96],), "litert", 1),   # 4 %: a tie once OpenVINO's start-up is counted
+    # 8 %: beyond the tie margin, which leaves the timing's error room under issue 38's 0.9x bar (Keras
+    # MobileNetV2 b8: timed 0.91-0.96 in every first start, 0.83-0.89 alone)
+    (([0.92, 0.93, 0.925, 0.92, 0.93, 0.92],), "openvino", 1),
     # a big model's timing of three rounds cannot decide alone: its median is one round (ConvNeXt-tiny at load
     # 10: three rounds kept XNNPACK, 2x slower than OpenVINO alone, for good); timed again, the rounds pooled
     (([1.5, 1.4, 1.6], [1.5, 1.4, 1.6]), "litert", 2),
@@ -586,14 +589,17 @@ def timings_giving(*timings):
     # ... and where the pooled rounds still disagree, a far faster median goes to that engine, not kept
     (([1.4, 1.3, 1.2], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), "openvino", 3),
     # the load made the rounds disagree (MnasNet 0.5 on the loaded machine: either engine faster in a round):
-    # timed again, the rounds pooled: a pooled median within TIE_MARGIN (0.95 here) keeps the official
-    # interpreter, decided ...
-    (([0.5, 1.0, 1.4, 0.9], [0.8, 2.0, 0.6, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 2),
+    # timed again, the rounds pooled: a pooled median within TIE_MARGIN keeps the official interpreter, decided
+    # where OpenVINO was not far ahead in a quarter of the rounds ...
+    (([0.5, 1.0, 1.4, 0.98], [0.95, 2.0, 0.92, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 2),
+    # ... and not decided where it was (Keras DenseNet-121 at load 9: OpenVINO 0.7x in some rounds, 1.6x in
+    # others, 0.78x alone): the official interpreter for this start only, timed again at the next
+    (([0.5, 1.0, 1.4, 0.98], [0.8, 2.0, 0.6, 1.0], [0.7, 1.5, 0.9, 1.2]), "litert", 3),
     # ... and the other engine where it is further ahead (0.85)
     (([0.4, 0.9, 1.3, 0.8], [0.7, 2.0, 0.5, 0.9], [0.6, 1.4, 0.8, 1.1]), "openvino", 3),
     # ... or the pooled rounds do tell: the other engine faster in most of them by far
     (([0.4, 0.9, 1.3, 0.8], [0.7, 0.6, 0.5, 0.8]), "openvino", 2),
-    (([0.4, 0.9, 1.3, 0.8], [1.2, 1.1, 1.3, 1.0]), "litert", 2),
+    (([0.95, 0.9, 1.3, 0.8], [1.2, 1.1, 1.3, 1.0]), "litert", 2),
 ])
 def test_the_verdict_is_the_one_the_rounds_agree_on(timings, winner, count):
     timed, calls = timings_giving(*timings)
@@ -611,7 +617,7 @@ def test_a_verdict_the_rounds_could_not_decide_is_timed_again_at_the_next_start(
 
     def disagreeing(candidates, **kwargs):  # ``timing.timed_rounds`` on a loaded machine: either engine faster
         calls.append(sorted(candidates))
-        # OpenVINO over 10 % faster in the median (the 0.9x bound), not in three rounds of four: undecided
+        # OpenVINO more than TIE_MARGIN faster in the median, not in three rounds of four: undecided
         return {"litert": [1.0] * 4, "openvino": [0.5, 0.8, 1.4, 0.85]}
 
     monkeypatch.setattr("litegpu.backends.timing.timed_rounds", disagreeing)
@@ -625,3 +631,61 @@ def test_a_verdict_the_rounds_could_not_decide_is_timed_again_at_the_next_start(
 def test_an_engine_that_could_not_be_timed_leaves_the_other_the_verdict():
     assert litert_backend._clear_verdict({"openvino": [1.0, 1.0, 1.0]}) == "openvino"
     assert litert_backend._clear_verdict({"litert": [1.0, 1.0, 1.0]}) == "litert"
+
+
+def _litert_model_from_file(monkeypatch, tmp_path, threads=2):
+    """small_mlp() written to a file and run on the official interpreter with ``threads`` threads, and the
+    interpreter litegpu built for it (after a first run, which opens the straight path to it)."""
+    monkeypatch.setattr(litert_backend, "THREAD_CHOICE_MAX_MACS", -1)  # the count asked for, not a timed one
+    path = tmp_path / "mlp.tflite"
+    path.write_bytes(small_mlp())
+    options = litegpu.Options(CPU, cpu_options=litegpu.CpuOptions(num_threads=threads, engines=("litert",)),
+                              serialization_dir=str(tmp_path / "cache"))
+    model = litegpu.CompiledModel.from_file(str(path), options)
+    x = np.random.default_rng(5).normal(size=(1, 16)).astype(np.float32)
+    model.run([x])
+    return path, model, model._straight[0].run.__self__.shared, x
+
+
+def test_xnnpack_gets_the_users_file_with_the_official_options(monkeypatch, tmp_path):
+    """Issue 38: litegpu's interpreter is the one a user would build: the file itself (not a rewritten copy), the
+    thread count asked for, the default delegate over the same ops and tensors."""
+    path, _, shared, _ = _litert_model_from_file(monkeypatch, tmp_path)
+    assert shared.file is not None and Path(shared.file).samefile(path) and shared.threads == 2
+    bare = litert.Interpreter(model_path=str(path), num_threads=2)
+    bare.allocate_tensors()
+    ops = [(d["op_name"], tuple(d["inputs"]), tuple(d["outputs"])) for d in bare._get_ops_details()]
+    assert [(d["op_name"], tuple(d["inputs"]), tuple(d["outputs"])) for d in shared.interpreter._get_ops_details()] \
+        == ops and any(name == "DELEGATE" for name, _, _ in ops)
+    assert len(shared.interpreter.get_tensor_details()) == len(bare.get_tensor_details())
+
+
+class _RecordingWrapper:
+    """The interpreter's wrapper, each call of the entry points a run uses recorded with its arguments and result."""
+
+    def __init__(self, wrapper):
+        self.wrapper, self.calls = wrapper, []
+
+    def __getattr__(self, name):
+        found = getattr(self.wrapper, name)
+        if name not in ("SetTensor", "Invoke", "GetTensor"):
+            return found
+
+        def recorded(*args):
+            result = found(*args)
+            self.calls.append((name, args, result))
+            return result
+
+        return recorded
+
+
+def test_a_run_copies_each_input_in_and_each_output_out_once(monkeypatch, tmp_path):
+    """Issue 38: litegpu's call does what the official loop does and no more: the caller's array itself handed to
+    ``SetTensor`` (no conversion first), one ``Invoke``, one ``GetTensor`` per output returned as it came."""
+    _, model, shared, x = _litert_model_from_file(monkeypatch, tmp_path)
+    recorder = _RecordingWrapper(shared.wrapper)
+    monkeypatch.setattr(shared, "wrapper", recorder)
+    (y,) = model.run([x]).values()
+    assert [name for name, _, _ in recorder.calls] == ["SetTensor", "Invoke", "GetTensor"]
+    assert recorder.calls[0][1][1] is x and recorder.calls[2][2] is y and y.flags.owndata
+    np.testing.assert_allclose(y, official(small_mlp(), [x])[0], rtol=1e-5, atol=1e-6)

@@ -61,7 +61,7 @@ def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budg
     """Seconds of each round of each candidate: each candidate is a list of (executable, inputs)
     run in turn (a model's entry subgraphs), repeated within a round where they are short (``MIN_ROUND_S``);
     candidates alternate round by round, each round's order rotated, each turn after an untimed run, until
-    ``budget_s`` is spent (at least ``min_rounds``), after a warm-up run each (two for a short one).  A candidate
+    ``budget_s`` is spent (at least ``min_rounds``), after two warm-up runs each.  A candidate
     whose warm-up raises drops out (ModelExecutionError where none is left); the others' rounds are returned,
     in the order given."""
     import time
@@ -74,14 +74,12 @@ def timed_rounds(candidates: dict[str, list[tuple[Executable, list[Any]]]], budg
     alive, first = {}, []
     for name, runs in candidates.items():
         try:
+            run_all(runs)  # the first run's own costs: XNNPACK packs, OpenVINO allocates (1.5x a later run)
+            # a second run untimed by the rounds: OpenVINO's second run of Keras MobileNetV2 b8 still took 1.2x its
+            # steady time (109 against 86-98 ms, loaded machine), and it was the first start's first round (issue 38)
             start = time.perf_counter()
             run_all(runs)
-            took = time.perf_counter() - start
-            if took < MIN_ROUND_S:  # a short run: timed again, past the first run's own costs
-                start = time.perf_counter()
-                run_all(runs)
-                took = time.perf_counter() - start
-            first.append(took)
+            first.append(time.perf_counter() - start)
             alive[name] = runs
         except Exception:  # noqa: BLE001  (an engine that cannot run it is simply not the fastest)
             continue
