@@ -42,6 +42,16 @@ def test_the_rule_in_numbers():
     assert not fidelity.compare(two_off, q).ok
 
 
+def test_subnormal_differences_count_as_zero():
+    """XLA CPU (and the official XNNPACK path) flush subnormal results to zero; the builtin kernels keep them."""
+    tiny = np.finfo(np.float32).tiny
+    subnormal = np.asarray([-2.5637e-41, -1.8744e-41], np.float32)  # MobileViT-small's official outputs
+    assert fidelity.compare(np.zeros(2, np.float32), subnormal).ok
+    assert fidelity.compare(np.asarray([1.0, 0.0], np.float32), np.asarray([1.0, tiny / 2], np.float32)).ok
+    assert not fidelity.compare(np.zeros(2, np.float32), np.asarray([tiny, tiny], np.float32)).ok  # normal: counts
+    assert not fidelity.compare(np.asarray([1e-30], np.float32), np.asarray([2e-30], np.float32)).ok
+
+
 def blaze_model(path):
     """A model without signatures (its inputs and outputs by tensor name), float16 weights behind DEQUANTIZE."""
     from litegpu.ir.builder import ModelBuilder
