@@ -127,3 +127,11 @@ def test_the_torch_source_holds_both_litert_torch_zoos(tmp_path, monkeypatch):
     assert [(c.name, c.skipped) for c in fidelity.cases(("torch",))] == [("torch_resnet18", None), ("deit_tiny", None)]
     monkeypatch.setattr(fidelity, "TORCH_ZOO", tmp_path / "absent")
     assert "not built" in fidelity.cases(("torch",))[0].skipped
+
+
+def test_a_rerun_replaces_its_models_rows_and_keeps_the_others():
+    rows = [fidelity.Outcome(name, source, "FAIL") for source, name in (("keras", "a"), ("torch", "b"), ("keras", "c"))]
+    rerun = [fidelity.Outcome("b", "torch", "pass"), fidelity.Outcome("d", "keras", "pass")]
+    merged = fidelity.updated(rows, rerun)
+    assert [(o.source, o.name, o.status) for o in merged] == [
+        ("keras", "a", "FAIL"), ("torch", "b", "pass"), ("keras", "c", "FAIL"), ("keras", "d", "pass")]

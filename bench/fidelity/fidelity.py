@@ -3,7 +3,7 @@ run in BUILTIN mode and through ``litegpu.Interpreter`` against the official int
 thread.  Run it before every change to a kernel's order or to a compiler option.
 
     PYTHONPATH=src python bench/fidelity/fidelity.py [--build] [--sources heldout,shared,...] [--only NAME ...]
-                                           [--json bench/fidelity.json] [--markdown]
+                                           [--json bench/fidelity.json [--update]] [--markdown]
 
 The rule, in numbers (``RULE``): each float output within 1e-5 of the official output's largest magnitude; each
 integer output at most 1 unit from the official one and equal to it in at least 99 % of its elements.  A float
@@ -484,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="model names (a source's names)")
     parser.add_argument("--build", action="store_true", help="convert the Keras zoo first (TensorFlow)")
     parser.add_argument("--json", type=Path, help="write the outcomes here (written whole, then renamed)")
+    parser.add_argument("--update", action="store_true",
+                        help="with --json: replace the rows of the models run in that file, keep its others")
     parser.add_argument("--markdown", action="store_true", help="print the table for BENCHMARKS.md")
     parser.add_argument("--timeout", type=float, default=MODEL_TIMEOUT_S, help="seconds per model")
     parser.add_argument("--one", nargs=3, metavar=("SOURCE", "NAME", "PATH"), help=argparse.SUPPRESS)
@@ -495,7 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(sources) - set(SOURCES)
     if unknown:
         parser.error(f"unknown sources {sorted(unknown)}")
+    if args.update and not args.json:
+        parser.error("--update needs --json")
     chosen = [c for c in cases(sources, args.build) if not args.only or c.name in args.only]
+    earlier = _read_json(args.json) if args.update and args.json.exists() else []
     outcomes = []
     for case in chosen:
         outcome = run_in_child(case, args.timeout)
@@ -503,10 +508,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{outcome.source:12} {outcome.name:45} {outcome.status:7} {outcome.worst} "
               f"first call {outcome.first_call_cpu_s} s CPU {outcome.detail}", flush=True)
         if args.json:
-            _write_json(args.json, outcomes)
+            _write_json(args.json, updated(earlier, outcomes))
+    outcomes = updated(earlier, outcomes)
     if args.markdown:
         print(markdown(outcomes))
     return 1 if any(o.status in ("FAIL", "error") for o in outcomes) else 0
+
+
+def updated(earlier: list[Outcome], rerun: list[Outcome]) -> list[Outcome]:
+    """``earlier`` with each model of ``rerun`` (by source and name) replaced in place; new models at the end."""
+    fresh = {(o.source, o.name): o for o in rerun}
+    kept = [fresh.pop((o.source, o.name), o) for o in earlier]
+    return kept + [o for o in rerun if (o.source, o.name) in fresh]
+
+
+def _read_json(path: Path) -> list[Outcome]:
+    return [Outcome(**row) for row in json.loads(path.read_text())]
 
 
 def _write_json(path: Path, outcomes: list[Outcome]) -> None:
