@@ -42,6 +42,16 @@ def test_the_rule_in_numbers():
     assert not fidelity.compare(two_off, q).ok
 
 
+def test_subnormal_differences_count_as_zero():
+    """XLA CPU (and the official XNNPACK path) flush subnormal results to zero; the builtin kernels keep them."""
+    tiny = np.finfo(np.float32).tiny
+    subnormal = np.asarray([-2.5637e-41, -1.8744e-41], np.float32)  # MobileViT-small's official outputs
+    assert fidelity.compare(np.zeros(2, np.float32), subnormal).ok
+    assert fidelity.compare(np.asarray([1.0, 0.0], np.float32), np.asarray([1.0, tiny / 2], np.float32)).ok
+    assert not fidelity.compare(np.zeros(2, np.float32), np.asarray([tiny, tiny], np.float32)).ok  # normal: counts
+    assert not fidelity.compare(np.asarray([1e-30], np.float32), np.asarray([2e-30], np.float32)).ok
+
+
 def blaze_model(path):
     """A model without signatures (its inputs and outputs by tensor name), float16 weights behind DEQUANTIZE."""
     from litegpu.ir.builder import ModelBuilder
@@ -117,3 +127,11 @@ def test_the_torch_source_holds_both_litert_torch_zoos(tmp_path, monkeypatch):
     assert [(c.name, c.skipped) for c in fidelity.cases(("torch",))] == [("torch_resnet18", None), ("deit_tiny", None)]
     monkeypatch.setattr(fidelity, "TORCH_ZOO", tmp_path / "absent")
     assert "not built" in fidelity.cases(("torch",))[0].skipped
+
+
+def test_a_rerun_replaces_its_models_rows_and_keeps_the_others():
+    rows = [fidelity.Outcome(name, source, "FAIL") for source, name in (("keras", "a"), ("torch", "b"), ("keras", "c"))]
+    rerun = [fidelity.Outcome("b", "torch", "pass"), fidelity.Outcome("d", "keras", "pass")]
+    merged = fidelity.updated(rows, rerun)
+    assert [(o.source, o.name, o.status) for o in merged] == [
+        ("keras", "a", "FAIL"), ("torch", "b", "pass"), ("keras", "c", "FAIL"), ("keras", "d", "pass")]

@@ -128,6 +128,22 @@ def test_float_logistic_and_tanh_are_bit_exact(op, n):
     assert_builtin_bits(model, [x], fast_atol=1e-6)  # XLA's own forms on the fast path: an ulp or so away
 
 
+@pytest.mark.parametrize("n", [100003, 7])  # Eigen's 4-float packets, then its scalar erfc (std::exp) on n % 4
+def test_float_gelu_is_bit_exact(n):
+    """reference_ops::Gelu is Eigen's rational erfc, not libm's: XLA's and glibc's erfc are an ulp off it in a
+    third of the elements, which a dynamic-range FULLY_CONNECTED after it turned into 3e-3 of a Keras
+    transformer's output.  Inputs over both of its branches (|x| / sqrt 2 either side of 1) and into the
+    subnormal outputs (x below -13)."""
+    from oracle import assert_builtin_bits, one_op_model
+    rng = np.random.default_rng(n)
+    x = np.concatenate([rng.uniform(-6, 6, 60000), rng.normal(0, 1.5, 20000), rng.uniform(-20, 20, 20000),
+                        rng.uniform(-1, 1, 3000) * 1e-3, EDGES]).astype(np.float32)
+    x = x[rng.permutation(x.size)][:n]
+    x[-7:] = [np.nan, -np.inf, 3e-39, -13.7, 1.4142135, -1.4142137, 0.0]  # the scalar tail too
+    model, _ = one_op_model("GELU", [x], [(x.shape, "float32")])
+    assert_builtin_bits(model, [x], fast_atol=1e-6)
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 7, 3), (1, 112, 112, 16)])
 def test_float_hard_swish_equals_the_builtin_kernel_bit_for_bit(shape):
     """The builtin kernel scales by 1/6 first in its blocks of 4, last in the tail (2 * 5 * 7 * 3 = 210: a tail

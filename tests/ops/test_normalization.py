@@ -98,6 +98,21 @@ def test_quantized_softmax_matches_official(dtype, in_scale, beta, shape):
     check_op_model(b.build(), [random_input(shape, dtype, seed=len(shape))])
 
 
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_quantized_softmax_over_attention_rows_is_exact(dtype):
+    """x86's 8-bit SOFTMAX is optimized_ops::Softmax with a float32 exp table and a float32 row sum (the uint16
+    table is aarch64's): an int8 Keras transformer's second attention softmax (its scales, rows of 128) was
+    1 LSB off in the uint16-table form, in 16 of these 65,536 elements."""
+    rng = np.random.default_rng(0)
+    x = np.clip(np.round(rng.normal(0, 30, (1, 4, 128, 128))), -128, 127).astype(np.int16)
+    zp_in, zp_out = (4, -128) if dtype == "int8" else (132, 0)
+    x = (x + (0 if dtype == "int8" else 128)).astype(dtype)
+    model, _ = one_op_model("SOFTMAX", [x], [(x.shape, dtype)], beta=1.0,
+                            input_quant=[quantization(0.037395186722278595, zp_in)],
+                            output_quant=quantization(1 / 256, zp_out))
+    check_op_model(model, [x])
+
 # --- 8-bit L2_NORMALIZATION: optimized uint8 / reference int8 kernels, gemmlowp inverse sqrt, exact ---
 
 L2_OUTPUT_ZERO_POINT = {"int8": 0, "uint8": 128}

@@ -10,6 +10,7 @@ side (clipped at the edges) and takes 4-D input only.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from ..errors import ModelExecutionError
 from . import _quantized as qz
 from . import _fixedpoint as fp
-from ._official_math import sum_in_depth_order
+from ._official_math import glibc_expf, sum_in_depth_order
 from .registry import Op, OpContext, register
 
 L2_NORM_EPSILON = 1e-6
@@ -45,7 +46,7 @@ class Softmax(Op):
         xp = ctx.xp
         _require_rank(ctx, x, 1, 8)
         if ctx.input(0).dtype in ("int8", "uint8"):
-            return _softmax_8bit_lut(ctx, xp, x)
+            return _softmax_8bit(ctx, xp, x)
         if ctx.input(0).dtype == "int16":
             _require_rank(ctx, x, 1, 4)  # the official int16 kernel's limit
             return _softmax_int16(ctx, xp, x)
@@ -75,44 +76,43 @@ def _official_float_softmax(ctx: OpContext, x: Any) -> Any:
         return official_math._to_f32(ctx, official_math._f32_grid(ctx, e * scale))
 
 
+# the official 8-bit kernels' constant tables are computed once in numpy, with official_math's exact glibc expf
+_NUMPY = SimpleNamespace(xp=np, lax=None)
+
+
 def _softmax_exp_table(input_scale: float, beta: float) -> np.ndarray:
-    """PopulateSoftmaxUInt8LookupTable: exp(-scale * beta * (255 - v)) in Q0.16 (saturated at
-    65535) for every distance v from the row maximum, computed in float32 like the C++."""
+    """PopulateSoftmaxLookupTable: entry 255 - d holds ``expf(-input_scale * beta * d)`` in float32 for every
+    distance d from the row maximum (glibc's expf, float32 arithmetic, as the C++)."""
     scale = -np.float32(input_scale) * np.float32(beta)
     distance = (255 - np.arange(256)).astype(np.float32)
     with np.errstate(over="ignore"):
-        scaled = np.exp(scale * distance) * np.float32(65535.0) + np.float32(0.5)
-    return np.minimum(scaled.astype(np.int64), 65535)
+        return glibc_expf(_NUMPY, scale * distance)
 
 
-def _softmax_8bit_lut(ctx: OpContext, xp: Any, x: Any) -> Any:
-    """The official optimized 8-bit softmax (SoftmaxInt8LUT, x86 = its scalar loops): exp from a
-    256-entry table indexed by the distance to the row maximum, the row sum in integers, and one
-    per-row multiplier ``QuantizeMultiplier(1 / (sum * output_scale))`` from a float32 division,
-    applied with MultiplyByQuantizedMultiplier.  The reference kernel (fixed-point exp) differs."""
+def _softmax_8bit(ctx: OpContext, xp: Any, x: Any) -> Any:
+    """optimized_ops::Softmax for 8-bit input and output, the x86 build's path (the uint16 table of
+    SoftmaxInt8LUT is aarch64 with clang only): exp from a 256-entry float32 table indexed by the distance to
+    the row maximum, the row summed left to right in float32, ``inv = 1 / (sum * output_scale)`` in float32,
+    then each ``exp * inv`` rounded half away from zero (int8: std::round) or as ``(int)(p + 0.5f)`` (uint8),
+    plus the zero point, saturated.  Measured bit for bit against the official kernel (an int8 transformer's
+    attention, where the uint16-table form was 1 LSB off in 6 of 65,536 elements)."""
+    out_dtype = ctx.output(0).dtype
     in_scale, _ = qz.scale_and_zero_point(ctx, ctx.input(0), "input")
     out_scale, out_zp = qz.scale_and_zero_point(ctx, ctx.output(0), "output")
-    table = _softmax_exp_table(in_scale, float(ctx.options.beta))
     wide = x.astype(xp.int64)
     distance_from_top = 255 - (xp.max(wide, axis=-1, keepdims=True) - wide)  # the table index
-    exp = xp.asarray(table)[distance_from_top]
-    total = xp.sum(exp, axis=-1, keepdims=True)
-    inverse = np.float32(1.0) / (total.astype(xp.float32) * np.float32(out_scale))
-    if isinstance(inverse, np.ndarray):
-        multiplier, shift = fp.quantize_multipliers(inverse.astype(np.float64))
+    exp = xp.take(xp.asarray(_softmax_exp_table(in_scale, float(ctx.options.beta))), distance_from_top)
+    total = _sequential_sum_f32(ctx, exp)
+    # float32 product, then a correctly rounded float32 division (XLA's is a reciprocal sequence)
+    inverse = fp.divide_f32_exactly(xp, np.float32(1), _round_to_f32(ctx, total.astype(xp.float64) * float(
+        np.float32(out_scale))).astype(xp.float32))
+    probability = _round_to_f32(ctx, exp.astype(xp.float64) * inverse.astype(xp.float64))
+    if out_dtype == "uint8":
+        rounded = xp.floor(_round_to_f32(ctx, probability + 0.5))  # (int32_t)(p + 0.5f): p >= 0
     else:
-        multiplier, shift = _traced_quantize_multiplier(xp, inverse)
-    y = fp.multiply_by_quantized_multiplier(xp, exp, multiplier, shift) + out_zp
-    low, high = qz.dtype_limits(ctx.output(0).dtype)
-    return xp.clip(y, low, high)
-
-
-def _traced_quantize_multiplier(xp: Any, real: Any) -> tuple[Any, Any]:
-    """QuantizeMultiplier of positive float32 values inside a trace (the row sums are data)."""
-    mantissa, exponent = xp.frexp(real.astype(xp.float64))
-    q = xp.floor(mantissa * float(1 << 31) + 0.5).astype(xp.int64)  # positive: half away == half up
-    overflow = q == (1 << 31)
-    return xp.where(overflow, q // 2, q), xp.where(overflow, exponent + 1, exponent).astype(xp.int64)
+        rounded = xp.floor(probability + 0.5)  # std::round of p >= 0, in float64: no float32 rounding of p + 0.5
+    low, high = qz.dtype_limits(out_dtype)
+    return xp.clip(rounded.astype(xp.int64) + out_zp, low, high)
 
 
 # --- int16 SOFTMAX: reference_ops::SoftmaxInt16 with its two interpolated tables ---------------
